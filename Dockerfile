@@ -1,0 +1,19 @@
+# Image for the `demo` service of docker-compose.yml: installs this package and runs
+# `latency-budget demo`, which sends example AI-request traces to an OTLP endpoint.
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+# .dockerignore keeps the built tools, caches and VCS data out of the build context.
+COPY . .
+RUN pip install . && rm -rf /src
+
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin demo
+USER demo
+WORKDIR /home/demo
+
+CMD ["latency-budget", "demo", "--otlp-endpoint", "http://collector:4317"]

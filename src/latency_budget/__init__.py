@@ -1,0 +1,24 @@
+"""Per-stage latency budgets for AI requests, inside OpenTelemetry.
+
+>>> from latency_budget import LatencyBudgetProcessor, load_budgets
+>>> provider.add_span_processor(LatencyBudgetProcessor(load_budgets("budgets.yaml"), exporting_processor))
+"""
+
+from latency_budget._version import __version__
+from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget.processor import LatencyBudgetProcessor
+from latency_budget.report import StageReport, TraceReport, Violation
+from latency_budget.tracker import LatencyBudget, LatencyBudgetTracker
+
+__all__ = [
+    "BudgetConfig",
+    "BudgetConfigError",
+    "LatencyBudget",
+    "LatencyBudgetProcessor",
+    "LatencyBudgetTracker",
+    "StageReport",
+    "TraceReport",
+    "Violation",
+    "__version__",
+    "load_budgets",
+]

@@ -1,0 +1,135 @@
+"""The accounting core shared by the span processor, the hand tracker and the CLI.
+
+It knows nothing about OpenTelemetry: it turns per-stage measurements into a
+:class:`TraceReport` under a :class:`BudgetSet`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from latency_budget.config.model import BudgetSet, Severity
+from latency_budget.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
+
+__all__ = ["StageMeasurement", "evaluate", "union_length"]
+
+
+def union_length(intervals: Iterable[tuple[int, int]]) -> int:
+    """Total length covered by half-open intervals ``(start, end)``; overlaps count once."""
+    total = 0
+    current_start = current_end = None
+    for start, end in sorted(intervals):
+        if end <= start:
+            continue
+        if current_end is None or start > current_end:
+            if current_end is not None and current_start is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        elif end > current_end:
+            current_end = end
+    if current_end is not None and current_start is not None:
+        total += current_end - current_start
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class StageMeasurement:
+    """What one request spent in one stage."""
+
+    actual_ms: float
+    busy_ms: float
+    count: int
+    first_token_ms: float | None = None
+
+
+def evaluate(
+    budgets: BudgetSet,
+    measurements: Mapping[str, StageMeasurement],
+    *,
+    total_actual_ms: float,
+    first_token_ms: float | None = None,
+    trace_id: int | None = None,
+    span_id: int | None = None,
+    root_name: str | None = None,
+) -> TraceReport:
+    """Judge one request's measurements against ``budgets``.
+
+    ``measurements`` is keyed by stage name; stages without one were not seen.
+    ``first_token_ms`` is the request-level time to first token, when known.
+    """
+    stage_reports: list[StageReport] = []
+    violations: list[Violation] = []
+    for budget in budgets.stages:
+        measured = measurements.get(budget.name)
+        if measured is None:
+            stage_reports.append(
+                StageReport(
+                    stage=budget.name,
+                    budget_ms=budget.budget_ms,
+                    actual_ms=0.0,
+                    busy_ms=0.0,
+                    count=0,
+                    severity=budget.severity,
+                    first_token_budget_ms=budget.first_token_ms,
+                    max_calls=budget.max_calls,
+                )
+            )
+            continue
+        found: list[Violation] = []
+        if budget.budget_ms is not None and measured.actual_ms > budget.budget_ms:
+            found.append(_timed(budget.name, "duration", budget.severity, budget.budget_ms, measured.actual_ms))
+        if (
+            budget.first_token_ms is not None
+            and measured.first_token_ms is not None
+            and measured.first_token_ms > budget.first_token_ms
+        ):
+            found.append(
+                _timed(budget.name, "first_token", budget.severity, budget.first_token_ms, measured.first_token_ms)
+            )
+        if budget.max_calls is not None and measured.count > budget.max_calls:
+            found.append(
+                Violation(budget.name, "calls", budget.severity, max_calls=budget.max_calls, calls=measured.count)
+            )
+        violations.extend(found)
+        stage_reports.append(
+            StageReport(
+                stage=budget.name,
+                budget_ms=budget.budget_ms,
+                actual_ms=measured.actual_ms,
+                busy_ms=measured.busy_ms,
+                count=measured.count,
+                severity=budget.severity,
+                first_token_ms=measured.first_token_ms,
+                first_token_budget_ms=budget.first_token_ms,
+                max_calls=budget.max_calls,
+                violations=tuple(found),
+            )
+        )
+    if budgets.first_token_ms is not None and first_token_ms is not None and first_token_ms > budgets.first_token_ms:
+        violations.append(_timed(TOTAL, "first_token", budgets.severity, budgets.first_token_ms, first_token_ms))
+    if budgets.total_ms is not None and total_actual_ms > budgets.total_ms:
+        violations.append(_timed(TOTAL, "total", budgets.severity, budgets.total_ms, total_actual_ms))
+    return TraceReport(
+        profile=budgets.profile,
+        stages=tuple(stage_reports),
+        total_budget_ms=budgets.total_ms,
+        total_actual_ms=total_actual_ms,
+        violations=tuple(violations),
+        first_token_ms=first_token_ms,
+        first_token_budget_ms=budgets.first_token_ms,
+        trace_id=trace_id,
+        span_id=span_id,
+        root_name=root_name,
+    )
+
+
+def _timed(stage: str, kind: ViolationKind, severity: Severity, budget_ms: float, actual_ms: float) -> Violation:
+    return Violation(
+        stage=stage,
+        kind=kind,
+        severity=severity,
+        budget_ms=budget_ms,
+        actual_ms=actual_ms,
+        over_ms=round(actual_ms - budget_ms, 6),  # ns precision, without float noise
+    )

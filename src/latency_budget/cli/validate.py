@@ -1,0 +1,43 @@
+"""``latency-budget validate FILE``: check a budget file and summarise it in one line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from latency_budget.cli._common import example_epilog, raw_help
+from latency_budget.config import BudgetConfigError, load_budgets
+from latency_budget.report import format_ms
+
+__all__ = ["register"]
+
+
+def register(commands: Any) -> None:
+    """Add the ``validate`` subcommand."""
+    parser = commands.add_parser(
+        "validate",
+        help="check a budget file",
+        description="Check a budget file. Exit 0 with a one-line summary, or 1 with the precise error.",
+        epilog=example_epilog("latency-budget validate budgets.yaml"),
+        formatter_class=raw_help(),
+    )
+    parser.add_argument("file", metavar="FILE", help="the budget YAML file")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate ``args.file``; print the summary or the error."""
+    try:
+        config = load_budgets(args.file)
+    except BudgetConfigError as exc:
+        print(f"latency-budget: {exc}", file=sys.stderr)
+        return 1
+    budgets = config.default
+    stages = ", ".join(
+        f"{b.name} {format_ms(b.budget_ms)}" if b.budget_ms is not None else f"{b.name} (tracked)"
+        for b in budgets.stages
+    )
+    profiles = f", {len(config.profiles)} profile(s)" if config.profiles else ""
+    print(f"{args.file}: OK: {len(budgets.stages)} stages ({stages}); total {format_ms(budgets.total_ms)}{profiles}")
+    return 0

@@ -1,0 +1,25 @@
+"""Budget files: the YAML format, its validation and the loaded model."""
+
+from latency_budget.config.errors import BudgetConfigError
+from latency_budget.config.loader import load_budgets
+from latency_budget.config.model import (
+    DEFAULT_PROFILE,
+    BudgetConfig,
+    BudgetSet,
+    FirstTokenSource,
+    Profile,
+    StageBudget,
+    StageDefinition,
+)
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "BudgetConfig",
+    "BudgetConfigError",
+    "BudgetSet",
+    "FirstTokenSource",
+    "Profile",
+    "StageBudget",
+    "StageDefinition",
+    "load_budgets",
+]

@@ -1,0 +1,410 @@
+"""Turn a budget file into a validated :class:`BudgetConfig`, or a precise error."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from opentelemetry.trace import SpanKind
+
+from latency_budget.config.errors import BudgetConfigError
+from latency_budget.config.genai_defaults import (
+    BUILTIN_STAGES,
+    DEFAULT_FIRST_TOKEN,
+    DEFAULT_PARALLELIZABLE,
+    builtin_rules,
+)
+from latency_budget.config.model import (
+    DEFAULT_PROFILE,
+    BudgetConfig,
+    BudgetSet,
+    FirstTokenSource,
+    Profile,
+    Severity,
+    StageBudget,
+    StageDefinition,
+    TimeUnit,
+)
+from latency_budget.config.yaml_source import LocatedDict, LocatedList, parse_yaml
+from latency_budget.matching import GlobError, MatchRule, compile_glob, exact_values
+
+__all__ = ["RESERVED_STAGE_NAMES", "load_budgets"]
+
+SUPPORTED_VERSIONS = (1,)
+RESERVED_STAGE_NAMES = frozenset({"total", "unattributed"})
+_STAGE_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_KINDS = {kind.name.lower(): kind for kind in SpanKind}
+_UNITS: tuple[TimeUnit, ...] = ("s", "ms", "us", "ns", "iso8601")
+
+_TOP_KEYS = ("version", "total_ms", "first_token_ms", "severity", "stages", "profiles")
+_STAGE_KEYS = (
+    "budget_ms",
+    "first_token_ms",
+    "max_calls",
+    "severity",
+    "match",
+    "first_token",
+    "parallelizable",
+)
+_OVERRIDE_KEYS = ("budget_ms", "first_token_ms", "max_calls", "severity", "parallelizable")
+_PROFILE_KEYS = ("name", "when", "total_ms", "first_token_ms", "severity", "stages")
+_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope")
+_FIRST_TOKEN_KEYS = ("attributes", "events")
+
+
+def load_budgets(
+    path: str | os.PathLike[str] | None = None, *, text: str | None = None, source: str | None = None
+) -> BudgetConfig:
+    """Load and validate a budget file from ``path``, or YAML ``text``.
+
+    Raises :class:`BudgetConfigError` whose message names the file, the line and the
+    key path of the first problem found. ``source`` names the text in messages.
+    """
+    if (path is None) == (text is None):
+        raise TypeError("load_budgets() takes a path or text=..., not both")
+    if path is not None:
+        name = os.fspath(path)
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise BudgetConfigError(name, None, "", f"cannot read budget file: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise BudgetConfigError(name, None, "", f"not UTF-8 text: {exc.reason}") from None
+        source = source or name
+    assert text is not None
+    return _Builder(source or "<text>").build(parse_yaml(text, source or "<text>"))
+
+
+class _Builder:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    # -- error helpers ---------------------------------------------------------------
+
+    def fail(self, line: int | None, path: str, message: str) -> NoReturn:
+        raise BudgetConfigError(self.source, line, path, message)
+
+    def check_keys(self, mapping: LocatedDict, allowed: Iterable[str], path: str) -> None:
+        allowed = tuple(allowed)
+        for key, line in mapping.key_lines.items():
+            if key not in allowed:
+                hint = difflib.get_close_matches(key, allowed, n=1)
+                suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; expected one of: {', '.join(allowed)}"
+                self.fail(line, _join(path, key), f"unknown key{suggestion}")
+
+    def mapping(self, value: Any, line: int | None, path: str) -> LocatedDict:
+        if not isinstance(value, LocatedDict):
+            self.fail(line, path, f"expected a mapping, got {_describe(value)}")
+        return value
+
+    def positive_number(self, value: Any, line: int | None, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            self.fail(line, path, f"expected a positive number, got {_describe(value)}")
+        return float(value)
+
+    def positive_int(self, value: Any, line: int | None, path: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            self.fail(line, path, f"expected a positive whole number, got {_describe(value)}")
+        return value
+
+    def boolean(self, value: Any, line: int | None, path: str) -> bool:
+        if not isinstance(value, bool):
+            self.fail(line, path, f"expected true or false, got {_describe(value)}")
+        return value
+
+    def severity(self, value: Any, line: int | None, path: str) -> Severity:
+        if value == "warn":
+            return "warn"
+        if value == "error":
+            return "error"
+        self.fail(line, path, f"expected 'warn' or 'error', got {_describe(value)}")
+
+    def string(self, value: Any, line: int | None, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.fail(line, path, f"expected a non-empty string, got {_describe(value)}")
+        return value
+
+    def string_list(self, value: Any, line: int | None, path: str) -> list[tuple[str, int | None]]:
+        if isinstance(value, str):
+            return [(self.string(value, line, path), line)]
+        if not isinstance(value, LocatedList) or not value:
+            self.fail(line, path, f"expected a string or a non-empty list of strings, got {_describe(value)}")
+        return [
+            (self.string(item, item_line, f"{path}[{i}]"), item_line)
+            for i, (item, item_line) in enumerate(zip(value, value.item_lines, strict=True))
+        ]
+
+    # -- document --------------------------------------------------------------------
+
+    def build(self, document: Any) -> BudgetConfig:
+        if document is None:
+            self.fail(None, "", "the budget file is empty (expected at least 'version: 1')")
+        doc = self.mapping(document, 1, "")
+        self.check_keys(doc, _TOP_KEYS, "")
+        if "version" not in doc:
+            self.fail(doc.line, "version", "missing (expected 'version: 1')")
+        version = doc["version"]
+        if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+            self.fail(doc.key_lines["version"], "version", f"unsupported version {_describe(version)}; expected 1")
+
+        definitions, default_stages = self.stages(doc)
+        total_ms = self.optional_number(doc, "total_ms", "")
+        first_token_ms = self.optional_number(doc, "first_token_ms", "")
+        severity = (
+            self.severity(doc["severity"], doc.key_lines["severity"], "severity") if "severity" in doc else "error"
+        )
+        default = BudgetSet(
+            profile=DEFAULT_PROFILE,
+            stages=default_stages,
+            total_ms=total_ms if total_ms is not None else _sum_budgets(default_stages),
+            first_token_ms=first_token_ms,
+            severity=severity,
+        )
+        profiles = self.profiles(doc, default)
+        return BudgetConfig(source=self.source, stages=definitions, default=default, profiles=profiles)
+
+    def optional_number(self, mapping: LocatedDict, key: str, path: str) -> float | None:
+        if key not in mapping:
+            return None
+        return self.positive_number(mapping[key], mapping.key_lines[key], _join(path, key))
+
+    # -- stages ----------------------------------------------------------------------
+
+    def stages(self, doc: LocatedDict) -> tuple[tuple[StageDefinition, ...], tuple[StageBudget, ...]]:
+        if "stages" not in doc:
+            # No stages: track the GenAI stages with the built-in matchers, judge nothing per stage.
+            definitions = tuple(
+                StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN) for name in BUILTIN_STAGES
+            )
+            budgets = tuple(
+                StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE) for name in BUILTIN_STAGES
+            )
+            return definitions, budgets
+        stages = self.mapping(doc["stages"], doc.key_lines["stages"], "stages")
+        if not stages:
+            self.fail(stages.line, "stages", "expected at least one stage")
+        definitions_list: list[StageDefinition] = []
+        budgets_list: list[StageBudget] = []
+        for name, body in stages.items():
+            line = stages.key_lines[name]
+            path = f"stages.{name}"
+            if name in RESERVED_STAGE_NAMES:
+                self.fail(line, path, f"'{name}' is a reserved name; choose another stage name")
+            if not _STAGE_NAME.match(name):
+                self.fail(line, path, "stage names must match [a-z][a-z0-9_]* (lowercase, digits, underscores)")
+            spec = self.mapping(body, line, path)
+            self.check_keys(spec, _STAGE_KEYS, path)
+            definitions_list.append(self.stage_definition(name, spec, line, path))
+            budgets_list.append(
+                self.stage_budget(
+                    name, spec, StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE), path
+                )
+            )
+        return tuple(definitions_list), tuple(budgets_list)
+
+    def stage_definition(self, name: str, spec: LocatedDict, line: int, path: str) -> StageDefinition:
+        if "match" in spec:
+            rules = self.rules(spec["match"], spec.key_lines["match"], f"{path}.match")
+        else:
+            builtin = builtin_rules(name)
+            if builtin is None:
+                self.fail(
+                    line,
+                    path,
+                    f"no 'match' rules; only the built-in stages ({', '.join(BUILTIN_STAGES)}) may omit them",
+                )
+            rules = builtin
+        first_token = DEFAULT_FIRST_TOKEN
+        if "first_token" in spec:
+            first_token = (
+                self.first_token(spec["first_token"], spec.key_lines["first_token"], f"{path}.first_token")
+                + DEFAULT_FIRST_TOKEN
+            )
+        return StageDefinition(name, rules, first_token)
+
+    def stage_budget(self, name: str, spec: LocatedDict, base: StageBudget, path: str) -> StageBudget:
+        def get(key: str) -> tuple[Any, int]:
+            return spec[key], spec.key_lines[key]
+
+        budget_ms = base.budget_ms
+        if "budget_ms" in spec:
+            budget_ms = self.positive_number(*get("budget_ms"), f"{path}.budget_ms")
+        first_token_ms = base.first_token_ms
+        if "first_token_ms" in spec:
+            first_token_ms = self.positive_number(*get("first_token_ms"), f"{path}.first_token_ms")
+        max_calls = base.max_calls
+        if "max_calls" in spec:
+            max_calls = self.positive_int(*get("max_calls"), f"{path}.max_calls")
+        severity = base.severity
+        if "severity" in spec:
+            severity = self.severity(*get("severity"), f"{path}.severity")
+        parallelizable = base.parallelizable
+        if "parallelizable" in spec:
+            parallelizable = self.boolean(*get("parallelizable"), f"{path}.parallelizable")
+        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable)
+
+    # -- match rules -----------------------------------------------------------------
+
+    def rules(self, value: Any, line: int, path: str) -> tuple[MatchRule, ...]:
+        if isinstance(value, LocatedDict):
+            return (self.rule(value, path),)
+        if not isinstance(value, LocatedList) or not value:
+            self.fail(line, path, f"expected a rule or a non-empty list of rules, got {_describe(value)}")
+        return tuple(
+            self.rule(self.mapping(item, item_line, f"{path}[{i}]"), f"{path}[{i}]")
+            for i, (item, item_line) in enumerate(zip(value, value.item_lines, strict=True))
+        )
+
+    def rule(self, spec: LocatedDict, path: str) -> MatchRule:
+        self.check_keys(spec, _RULE_KEYS, path)
+        if not spec:
+            self.fail(
+                spec.line, path, f"an empty rule would match every span; use at least one of {', '.join(_RULE_KEYS)}"
+            )
+        name = scope = None
+        if "name" in spec:
+            name = self.glob(spec["name"], spec.key_lines["name"], f"{path}.name")
+        if "scope" in spec:
+            scope = self.glob(spec["scope"], spec.key_lines["scope"], f"{path}.scope")
+        kind = None
+        if "kind" in spec:
+            raw, kline = spec["kind"], spec.key_lines["kind"]
+            kind = _KINDS.get(raw.lower()) if isinstance(raw, str) else None
+            if kind is None:
+                self.fail(kline, f"{path}.kind", f"expected one of {', '.join(_KINDS)}, got {_describe(raw)}")
+        exists: tuple[str, ...] = ()
+        if "exists" in spec:
+            exists = tuple(
+                key for key, _ in self.string_list(spec["exists"], spec.key_lines["exists"], f"{path}.exists")
+            )
+        attributes: list[tuple[str, frozenset[tuple[type, object]]]] = []
+        if "attributes" in spec:
+            attrs = self.mapping(spec["attributes"], spec.key_lines["attributes"], f"{path}.attributes")
+            if not attrs:
+                self.fail(attrs.line, f"{path}.attributes", "expected at least one attribute")
+            for key, allowed in attrs.items():
+                key_path, key_line = f"{path}.attributes.{key}", attrs.key_lines[key]
+                values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
+                if not values:
+                    self.fail(key_line, key_path, "expected a value or a non-empty list of values")
+                for value in values:
+                    if value is None or isinstance(value, (LocatedDict, LocatedList)):
+                        self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
+                attributes.append((key, exact_values(values)))
+        return MatchRule(name=name, attributes=tuple(attributes), exists=exists, kind=kind, scope=scope)
+
+    def glob(self, value: Any, line: int, path: str) -> re.Pattern[str]:
+        pattern = self.string(value, line, path)
+        try:
+            return compile_glob(pattern)
+        except GlobError as exc:
+            self.fail(line, path, f"invalid glob: {exc}")
+
+    def first_token(self, value: Any, line: int, path: str) -> tuple[FirstTokenSource, ...]:
+        spec = self.mapping(value, line, path)
+        self.check_keys(spec, _FIRST_TOKEN_KEYS, path)
+        sources: list[FirstTokenSource] = []
+        if "attributes" in spec:
+            attrs = self.mapping(spec["attributes"], spec.key_lines["attributes"], f"{path}.attributes")
+            for key, unit in attrs.items():
+                if unit not in _UNITS:
+                    self.fail(
+                        attrs.key_lines[key],
+                        f"{path}.attributes.{key}",
+                        f"expected a unit ({', '.join(_UNITS)}), got {_describe(unit)}",
+                    )
+                sources.append(FirstTokenSource(attribute=key, unit=unit))
+        if "events" in spec:
+            for event, _ in self.string_list(spec["events"], spec.key_lines["events"], f"{path}.events"):
+                sources.append(FirstTokenSource(event=event))
+        if not sources:
+            self.fail(spec.line, path, "expected 'attributes' or 'events'")
+        return tuple(sources)
+
+    # -- profiles --------------------------------------------------------------------
+
+    def profiles(self, doc: LocatedDict, default: BudgetSet) -> tuple[Profile, ...]:
+        if "profiles" not in doc:
+            return ()
+        items = doc["profiles"]
+        if not isinstance(items, LocatedList):
+            self.fail(doc.key_lines["profiles"], "profiles", f"expected a list of profiles, got {_describe(items)}")
+        names: dict[str, int] = {}
+        profiles: list[Profile] = []
+        for i, (item, item_line) in enumerate(zip(items, items.item_lines, strict=True)):
+            path = f"profiles[{i}]"
+            spec = self.mapping(item, item_line, path)
+            self.check_keys(spec, _PROFILE_KEYS, path)
+            for required in ("name", "when"):
+                if required not in spec:
+                    self.fail(spec.line, f"{path}.{required}", "missing")
+            name = self.string(spec["name"], spec.key_lines["name"], f"{path}.name")
+            if name == DEFAULT_PROFILE or not _PROFILE_NAME.match(name):
+                self.fail(
+                    spec.key_lines["name"],
+                    f"{path}.name",
+                    f"invalid profile name {name!r} (letters, digits, '_', '.', '-'; not 'default')",
+                )
+            if name in names:
+                self.fail(
+                    spec.key_lines["name"],
+                    f"{path}.name",
+                    f"duplicate profile '{name}' (first defined on line {names[name]})",
+                )
+            names[name] = spec.key_lines["name"]
+            when = self.rule(self.mapping(spec["when"], spec.key_lines["when"], f"{path}.when"), f"{path}.when")
+            stages = list(default.stages)
+            if "stages" in spec:
+                overrides = self.mapping(spec["stages"], spec.key_lines["stages"], f"{path}.stages")
+                index = {budget.name: n for n, budget in enumerate(stages)}
+                for stage, body in overrides.items():
+                    sline, spath = overrides.key_lines[stage], f"{path}.stages.{stage}"
+                    if stage not in index:
+                        hint = difflib.get_close_matches(stage, list(index), n=1)
+                        suffix = f"; did you mean '{hint[0]}'?" if hint else f"; stages are: {', '.join(index)}"
+                        self.fail(sline, spath, f"profile overrides unknown stage '{stage}'{suffix}")
+                    override = self.mapping(body, sline, spath)
+                    self.check_keys(override, _OVERRIDE_KEYS, spath)
+                    stages[index[stage]] = self.stage_budget(stage, override, stages[index[stage]], spath)
+            effective = tuple(stages)
+            total_ms = self.optional_number(spec, "total_ms", path)
+            first_token_ms = self.optional_number(spec, "first_token_ms", path)
+            severity = default.severity
+            if "severity" in spec:
+                severity = self.severity(spec["severity"], spec.key_lines["severity"], f"{path}.severity")
+            budgets = BudgetSet(
+                profile=name,
+                stages=effective,
+                total_ms=total_ms if total_ms is not None else _sum_budgets(effective),
+                first_token_ms=first_token_ms if first_token_ms is not None else default.first_token_ms,
+                severity=severity,
+            )
+            profiles.append(Profile(name=name, when=when, budgets=budgets))
+        return tuple(profiles)
+
+
+def _sum_budgets(stages: tuple[StageBudget, ...]) -> float | None:
+    budgets = [stage.budget_ms for stage in stages if stage.budget_ms is not None]
+    return sum(budgets) if budgets else None
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, LocatedDict):
+        return "a mapping"
+    if isinstance(value, LocatedList):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value)

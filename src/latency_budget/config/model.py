@@ -1,0 +1,127 @@
+"""The loaded, immutable form of a budget file."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from opentelemetry.trace import SpanKind
+
+from latency_budget.matching import MatchRule, StageClassifier
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "BudgetConfig",
+    "BudgetSet",
+    "FirstTokenSource",
+    "Profile",
+    "Severity",
+    "StageBudget",
+    "StageDefinition",
+]
+
+Severity = Literal["warn", "error"]
+TimeUnit = Literal["s", "ms", "us", "ns", "iso8601"]
+
+DEFAULT_PROFILE = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class FirstTokenSource:
+    """Where a stage span records its time to first token.
+
+    Exactly one of ``attribute`` (a duration in ``unit`` from the span's start, or an
+    ISO-8601 timestamp when ``unit`` is ``iso8601``) and ``event`` (an event name whose
+    timestamp is the first-token instant) is set.
+    """
+
+    attribute: str | None = None
+    unit: TimeUnit = "s"
+    event: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageBudget:
+    """A stage's budgets under one profile. ``budget_ms=None`` tracks without judging."""
+
+    name: str
+    budget_ms: float | None
+    first_token_ms: float | None = None
+    max_calls: int | None = None
+    severity: Severity = "error"
+    parallelizable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StageDefinition:
+    """How spans of a stage are recognised; shared by every profile."""
+
+    name: str
+    rules: tuple[MatchRule, ...]
+    first_token: tuple[FirstTokenSource, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSet:
+    """The effective budgets of one profile, one entry per stage in config order."""
+
+    profile: str
+    stages: tuple[StageBudget, ...]
+    total_ms: float | None
+    first_token_ms: float | None = None
+    severity: Severity = "error"
+
+    def stage(self, name: str) -> StageBudget:
+        """The budget of the stage called ``name`` (``KeyError`` when unknown)."""
+        for budget in self.stages:
+            if budget.name == name:
+                return budget
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """Other budgets for requests whose local root span matches ``when``."""
+
+    name: str
+    when: MatchRule
+    budgets: BudgetSet
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """A validated budget file: stage definitions, default budgets and profiles."""
+
+    source: str
+    stages: tuple[StageDefinition, ...]
+    default: BudgetSet
+    profiles: tuple[Profile, ...] = ()
+    classifier: StageClassifier = field(init=False, repr=False, compare=False)
+    stage_index: Mapping[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rules = [(i, rule) for i, stage in enumerate(self.stages) for rule in stage.rules]
+        object.__setattr__(self, "classifier", StageClassifier(rules))
+        object.__setattr__(self, "stage_index", {stage.name: i for i, stage in enumerate(self.stages)})
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        """Stage names in config order."""
+        return tuple(stage.name for stage in self.stages)
+
+    def budgets_for_root(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> BudgetSet:
+        """The budgets of the first profile whose ``when`` matches this root, or the default."""
+        for profile in self.profiles:
+            if profile.when.matches(name, kind, scope, attributes):
+                return profile.budgets
+        return self.default
+
+    def budgets_by_profile(self, profile: str) -> BudgetSet:
+        """The budget set of a named profile (``default`` for the top level)."""
+        if profile == DEFAULT_PROFILE:
+            return self.default
+        for candidate in self.profiles:
+            if candidate.name == profile:
+                return candidate.budgets
+        raise KeyError(profile)

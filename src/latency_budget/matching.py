@@ -1,0 +1,153 @@
+"""Compiled match rules and the stage classifier used on the hot path.
+
+Rules are compiled once, when the budget file loads. Classifying a span is then a
+cached lookup on (scope, name, kind) followed by a few dictionary reads for the rules
+that look at attributes.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from opentelemetry.trace import SpanKind
+
+__all__ = ["GlobError", "MatchRule", "StageClassifier", "compile_glob", "exact_values"]
+
+_MISSING = object()
+
+
+class GlobError(ValueError):
+    """A glob pattern that cannot be compiled (for example an unclosed ``[``)."""
+
+
+def compile_glob(pattern: str) -> re.Pattern[str]:
+    """Compile a shell-style glob (``*``, ``?``, ``[abc]``, ``[!abc]``), case-sensitively.
+
+    Unlike :mod:`fnmatch`, an unclosed ``[`` is an error rather than a literal, because
+    in a budget file it is almost always a typo.
+    """
+    i, n = 0, len(pattern)
+    while i < n:
+        if pattern[i] == "[":
+            j = i + 1
+            if j < n and pattern[j] == "!":
+                j += 1
+            if j < n and pattern[j] == "]":
+                j += 1
+            while j < n and pattern[j] != "]":
+                j += 1
+            if j >= n:
+                raise GlobError(f"unclosed '[' at position {i} in glob {pattern!r}")
+            i = j + 1
+        else:
+            i += 1
+    return re.compile(fnmatch.translate(pattern))
+
+
+def exact_values(values: Sequence[object]) -> frozenset[tuple[type, object]]:
+    """The allowed values of an attribute condition, keyed by exact type.
+
+    ``True == 1`` in Python, so the type is part of the key: a rule that allows ``1``
+    does not match ``True``, and ``"1"`` never matches ``b"1"``.
+    """
+    return frozenset((type(v), v) for v in values)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchRule:
+    """One rule: every condition that is set must hold."""
+
+    name: re.Pattern[str] | None = None
+    attributes: tuple[tuple[str, frozenset[tuple[type, object]]], ...] = ()
+    exists: tuple[str, ...] = ()
+    kind: SpanKind | None = None
+    scope: re.Pattern[str] | None = None
+
+    @property
+    def needs_attributes(self) -> bool:
+        """Whether the rule's outcome depends on the span's attributes."""
+        return bool(self.attributes or self.exists)
+
+    def matches_static(self, name: str, kind: SpanKind, scope: str) -> bool:
+        """The part of the rule that depends only on name, kind and scope."""
+        if self.kind is not None and kind is not self.kind:
+            return False
+        if self.name is not None and self.name.match(name) is None:
+            return False
+        return self.scope is None or self.scope.match(scope) is not None
+
+    def matches_attributes(self, attributes: Mapping[str, object]) -> bool:
+        """The part of the rule that depends on attributes (exact, type included)."""
+        for key in self.exists:
+            if key not in attributes:
+                return False
+        for key, allowed in self.attributes:
+            value = attributes.get(key, _MISSING)
+            if value is _MISSING:
+                return False
+            try:
+                if (type(value), value) not in allowed:
+                    return False
+            except TypeError:  # unhashable values never match
+                return False
+        return True
+
+    def matches(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
+        """Whether a span with these properties satisfies the rule."""
+        return self.matches_static(name, kind, scope) and self.matches_attributes(attributes)
+
+
+# A cache entry is either a stage index that holds whatever the attributes are, or a
+# tuple of candidate (stage index, rule) pairs whose attribute part must be checked.
+_Candidates = tuple[tuple[int, MatchRule], ...]
+
+
+class StageClassifier:
+    """Maps a span to the index of the first stage whose rules match, or -1.
+
+    Decisions that do not depend on attributes are cached per (scope, name, kind).
+    The cache is bounded: once full it stops growing and falls back to evaluating the
+    (still precompiled) rules, so high-cardinality span names cannot exhaust memory.
+    """
+
+    __slots__ = ("_cache", "_max_cache", "_rules")
+
+    def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
+        self._rules: _Candidates = tuple(rules)
+        self._cache: dict[tuple[str, str, SpanKind], int | _Candidates] = {}
+        self._max_cache = max_cache
+
+    def _candidates(self, name: str, kind: SpanKind, scope: str) -> int | _Candidates:
+        found: list[tuple[int, MatchRule]] = []
+        for stage, rule in self._rules:
+            if rule.matches_static(name, kind, scope):
+                if not rule.needs_attributes:
+                    if not found:
+                        return stage
+                    found.append((stage, rule))
+                    break  # later rules can never win
+                found.append((stage, rule))
+        return tuple(found) if found else -1
+
+    def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
+        """Index of the matching stage in config order, or -1 for no stage."""
+        key = (scope, name, kind)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._candidates(name, kind, scope)
+            if len(self._cache) < self._max_cache:
+                self._cache[key] = entry
+        if entry.__class__ is int:
+            return entry
+        for stage, rule in entry:  # type: ignore[union-attr]
+            if rule.matches_attributes(attributes):
+                return stage
+        return -1
+
+    @property
+    def depends_on_attributes(self) -> bool:
+        """Whether any rule looks at attributes (so a span may match only at its end)."""
+        return any(rule.needs_attributes for _, rule in self._rules)

@@ -1,0 +1,143 @@
+"""What a finished trace (or a hand-measured request) looked like against its budgets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from latency_budget.config.model import Severity
+
+__all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
+
+ViolationKind = Literal["duration", "first_token", "calls", "total"]
+TOTAL = "total"
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One broken budget. ``stage`` is a stage name, or ``"total"`` for the whole request."""
+
+    stage: str
+    kind: ViolationKind
+    severity: Severity
+    budget_ms: float | None = None
+    actual_ms: float | None = None
+    over_ms: float | None = None
+    max_calls: int | None = None
+    calls: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StageReport:
+    """A stage's measurements and budgets in one request.
+
+    ``actual_ms`` is the wall-clock union of the stage's spans (parallel calls count
+    once), ``busy_ms`` their sum, and ``count`` their number.
+    """
+
+    stage: str
+    budget_ms: float | None
+    actual_ms: float
+    busy_ms: float
+    count: int
+    severity: Severity = "error"
+    first_token_ms: float | None = None
+    first_token_budget_ms: float | None = None
+    max_calls: int | None = None
+    violations: tuple[Violation, ...] = ()
+
+    @property
+    def seen(self) -> bool:
+        """Whether any span (or hand measurement) of this stage was recorded."""
+        return self.count > 0
+
+    @property
+    def within_budget(self) -> bool:
+        """True when no budget of this stage, of any kind or severity, was broken."""
+        return not self.violations
+
+    @property
+    def over_ms(self) -> float:
+        """How far the stage's actual exceeds its duration budget (0 when within)."""
+        if self.budget_ms is None:
+            return 0.0
+        return max(0.0, self.actual_ms - self.budget_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class TraceReport:
+    """The verdict on one request: per-stage figures, violations and the totals."""
+
+    profile: str
+    stages: tuple[StageReport, ...]
+    total_budget_ms: float | None
+    total_actual_ms: float
+    violations: tuple[Violation, ...]
+    first_token_ms: float | None = None
+    first_token_budget_ms: float | None = None
+    trace_id: int | None = None
+    span_id: int | None = None
+    root_name: str | None = None
+
+    @property
+    def violated(self) -> bool:
+        """True when any error-level budget (a stage's or the total's) was broken."""
+        return any(v.severity == "error" for v in self.violations)
+
+    @property
+    def over_budget_stages(self) -> tuple[str, ...]:
+        """Stages with an error-level violation of any kind, in config order (never ``total``)."""
+        return tuple(s.stage for s in self.stages if any(v.severity == "error" for v in s.violations))
+
+    @property
+    def warn_stages(self) -> tuple[str, ...]:
+        """Stages with a warn-level violation, in config order."""
+        return tuple(s.stage for s in self.stages if any(v.severity == "warn" for v in s.violations))
+
+    def stage(self, name: str) -> StageReport:
+        """The report of one stage (``KeyError`` when the stage is not configured)."""
+        for stage in self.stages:
+            if stage.stage == name:
+                return stage
+        raise KeyError(name)
+
+    def table(self, *, all_stages: bool = False) -> str:
+        """The stage table: Stage | Budget | Actual | Within budget?
+
+        Over-budget rows are marked; the last row is the total. Unseen stages are left
+        out unless ``all_stages``.
+        """
+        rows = [("Stage", "Budget", "Actual", "Within budget?")]
+        for stage in self.stages:
+            if not stage.seen and not all_stages:
+                continue
+            rows.append(
+                (stage.stage, format_ms(stage.budget_ms), format_ms(stage.actual_ms), _verdict(stage.violations))
+            )
+        total_violations = tuple(v for v in self.violations if v.stage == TOTAL)
+        rows.append(
+            (TOTAL, format_ms(self.total_budget_ms), format_ms(self.total_actual_ms), _verdict(total_violations))
+        )
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines = []
+        for n, row in enumerate(rows):
+            lines.append(" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+            if n == 0:
+                lines.append("-+-".join("-" * width for width in widths))
+        return "\n".join(lines)
+
+
+def _verdict(violations: tuple[Violation, ...]) -> str:
+    if not violations:
+        return "yes"
+    kinds = ", ".join(dict.fromkeys(v.kind for v in violations))
+    if any(v.severity == "error" for v in violations):
+        return f"NO  <-- over budget ({kinds})"
+    return f"warn ({kinds})"
+
+
+def format_ms(value: float | None) -> str:
+    """A millisecond figure for people: ``45.2ms``, ``1250ms``, or ``-`` when unknown."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}".rstrip("0").rstrip(".") + "ms"

@@ -1,0 +1,111 @@
+"""Session fixtures that run the real Collector and Jaeger v2 for the end-to-end tests.
+
+Build the binaries first with ``scripts/build-tools``. Without them the e2e tests are
+skipped, except under ``CI=true``, where a missing binary fails them: CI must not go green
+by testing nothing.
+
+Fixtures:
+    otel_tools      Tools: paths of the built binaries (skips/fails when missing)
+    e2e_work_dir    Path: session temp dir with the services' logs and exporter files
+    jaeger          JaegerService: Jaeger v2, in-memory storage, on free loopback ports
+    otel_collector  CollectorService: the collector running collector-config.yaml, exporting
+                    to ``jaeger``; tail sampling keeps only latency-budget violations
+                    (OTELCOL_TRACES_SAMPLING_PERCENTAGE=0) and decides after 1s.
+                    ``otel_collector.stopped()`` / ``.restart()`` simulate an outage.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from .services import (
+    CollectorService,
+    JaegerService,
+    ManagedProcess,
+    Tools,
+    find_tools,
+    start_collector,
+    start_jaeger,
+)
+
+E2E_MARKER = "e2e"
+
+# Services started in this session, whose logs are attached to failing test reports.
+_started: list[ManagedProcess] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the e2e marker (harmless if pyproject.toml registers it too)."""
+    config.addinivalue_line("markers", f"{E2E_MARKER}: end-to-end test against a real Collector and Jaeger")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of each service's log to the report of a failing e2e test."""
+    report = yield
+    if report.failed:
+        for process in _started:
+            report.sections.append((f"{process.name} log", process.log_tail()))
+    return report
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+@pytest.fixture(scope="session")
+def otel_tools() -> Tools:
+    """Paths of the built collector and Jaeger; skip (or fail under CI=true) if missing."""
+    tools, missing = find_tools()
+    if missing:
+        reason = (
+            "e2e binaries not built: missing " + ", ".join(str(path) for path in missing) + "; run scripts/build-tools"
+        )
+        if _ci():
+            pytest.fail(f"{reason} (CI=true: e2e tests must run in CI)", pytrace=False)
+        pytest.skip(reason)
+    return tools
+
+
+@pytest.fixture(scope="session")
+def e2e_work_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Session temp folder for service logs and the collector's file exporter output."""
+    return tmp_path_factory.mktemp("e2e-services")
+
+
+@pytest.fixture(scope="session")
+def jaeger(otel_tools: Tools, e2e_work_dir: Path) -> Iterator[JaegerService]:
+    """Jaeger v2 with in-memory storage on free loopback ports, stopped after the session."""
+    service = start_jaeger(otel_tools, e2e_work_dir)
+    _started.append(service.process)
+    try:
+        yield service
+    finally:
+        service.process.stop()
+
+
+@pytest.fixture(scope="session")
+def otel_collector(otel_tools: Tools, e2e_work_dir: Path, jaeger: JaegerService) -> Iterator[CollectorService]:
+    """The collector running collector-config.yaml, exporting traces to ``jaeger``."""
+    service = start_collector(
+        otel_tools,
+        e2e_work_dir,
+        jaeger_otlp_endpoint=jaeger.otlp_grpc_endpoint,
+        extra_env={
+            # Keep only traces that violated a budget, so tests can tell sampled from
+            # dropped, and decide quickly instead of after the production default of 10s.
+            "OTELCOL_TRACES_SAMPLING_PERCENTAGE": "0",
+            "OTELCOL_TAIL_SAMPLING_DECISION_WAIT": "1s",
+        },
+    )
+    _started.append(service.process)
+    try:
+        yield service
+    finally:
+        service.stop()
