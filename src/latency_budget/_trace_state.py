@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from latency_budget.accounting import StageMeasurement, evaluate, union_length
 from latency_budget.config.model import BudgetSet
+from latency_budget.report import TraceReport
 
 __all__ = ["StageTally", "TraceState"]
 
@@ -74,3 +76,28 @@ class TraceState:
         else:
             self.truncated = True
         self.touch(end)
+
+    def report(
+        self, root_start: int, root_end: int, *, trace_id: int | None = None, root_name: str | None = None
+    ) -> TraceReport:
+        """Judge the trace, once its local root (``root_start`` to ``root_end``) has ended."""
+        measurements: dict[str, StageMeasurement] = {}
+        for budget, tally in zip(self.budgets.stages, self.tallies, strict=True):
+            if tally is None:
+                continue
+            first_token_ms = tally.first_token_ns / 1e6 if tally.first_token_ns is not None else None
+            measurements[budget.name] = StageMeasurement(
+                union_length(tally.intervals) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
+            )
+        first_token_ms = None
+        if self.first_token_at is not None and self.first_token_at >= root_start:
+            first_token_ms = (self.first_token_at - root_start) / 1e6
+        return evaluate(
+            self.budgets,
+            measurements,
+            total_actual_ms=max(0, root_end - root_start) / 1e6,
+            first_token_ms=first_token_ms,
+            trace_id=trace_id,
+            span_id=self.root_id,
+            root_name=root_name,
+        )

@@ -28,7 +28,6 @@ from latency_budget import _guard
 from latency_budget import attributes as attr
 from latency_budget._spancopy import annotated_copy
 from latency_budget._trace_state import TraceState
-from latency_budget.accounting import StageMeasurement, evaluate, union_length
 from latency_budget.annotate import root_attributes, violation_attributes
 from latency_budget.config import BudgetConfig, load_budgets
 from latency_budget.first_token import time_to_first_token_ns
@@ -287,29 +286,14 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _finish(self, state: TraceState, root: ReadableSpan) -> TraceReport:
         """Evaluate a trace whose local root has ended. The state is no longer shared."""
         start = root.start_time or state.root_start
-        end = root.end_time or start
-        measurements: dict[str, StageMeasurement] = {}
-        for budget, tally in zip(state.budgets.stages, state.tallies, strict=True):
-            if tally is None:
-                continue
-            first_token_ms = tally.first_token_ns / 1e6 if tally.first_token_ns is not None else None
-            measurements[budget.name] = StageMeasurement(
-                union_length(tally.intervals) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
-            )
-        first_token_ms = None
-        if state.first_token_at is not None and state.first_token_at >= start:
-            first_token_ms = (state.first_token_at - start) / 1e6
         with self._lock:
             self._reports += 1
             if state.truncated:
                 self._truncated += 1
-        return evaluate(
-            state.budgets,
-            measurements,
-            total_actual_ms=(end - start) / 1e6,
-            first_token_ms=first_token_ms,
+        return state.report(
+            start,
+            root.end_time or start,
             trace_id=root.context.trace_id if root.context is not None else None,
-            span_id=state.root_id,
             root_name=root.name,
         )
 

@@ -1,0 +1,103 @@
+"""Building blocks for processor tests: a real SDK pipeline and spans with explicit times."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util.types import AttributeValue
+
+from latency_budget import BudgetConfig, LatencyBudgetProcessor, TraceReport, load_budgets
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000  # an arbitrary, fixed epoch instant in ns
+
+TECHCORP_YAML = """
+version: 1
+stages:
+  retrieval: {budget_ms: 100}
+  model_call: {budget_ms: 800}
+  tool_calls: {budget_ms: 200}
+"""
+
+
+def at(ms: float) -> int:
+    """The instant ``ms`` milliseconds after T0, in ns."""
+    return T0 + round(ms * MS)
+
+
+@dataclass
+class Pipeline:
+    """A TracerProvider whose spans go through LatencyBudgetProcessor into memory."""
+
+    provider: TracerProvider
+    processor: LatencyBudgetProcessor
+    exporter: InMemorySpanExporter
+    reports: list[TraceReport] = field(default_factory=list)
+
+    @property
+    def tracer(self) -> trace.Tracer:
+        return self.provider.get_tracer("tests")
+
+    def finished(self) -> list[ReadableSpan]:
+        return list(self.exporter.get_finished_spans())
+
+    def span(self, name: str) -> ReadableSpan:
+        matches = [s for s in self.finished() if s.name == name]
+        assert len(matches) == 1, f"expected one exported span named {name!r}, got {len(matches)}"
+        return matches[0]
+
+    def run(
+        self,
+        name: str,
+        start_ms: float,
+        end_ms: float,
+        *,
+        parent: trace.Span | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+    ) -> trace.Span:
+        """Start and end one span with explicit times, under ``parent`` (a new root when None)."""
+        span = self.start(name, start_ms, parent=parent, attributes=attributes)
+        span.end(end_time=at(end_ms))
+        return span
+
+    def start(
+        self,
+        name: str,
+        start_ms: float,
+        *,
+        parent: trace.Span | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    ) -> trace.Span:
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        return self.tracer.start_span(name, context=context, attributes=attributes, start_time=at(start_ms), kind=kind)
+
+
+def pipeline(config: BudgetConfig | str = TECHCORP_YAML, **options: object) -> Pipeline:
+    """A fresh pipeline; ``config`` is a loaded config or YAML text."""
+    budgets = config if isinstance(config, BudgetConfig) else load_budgets(text=config)
+    exporter = InMemorySpanExporter()
+    reports: list[TraceReport] = []
+    processor = LatencyBudgetProcessor(
+        budgets,
+        SimpleSpanProcessor(exporter),
+        on_report=reports.append,
+        **options,  # type: ignore[arg-type]
+    )
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    return Pipeline(provider, processor, exporter, reports)
+
+
+def op(name: str) -> dict[str, AttributeValue]:
+    """GenAI semconv attributes for an operation name."""
+    return {"gen_ai.operation.name": name}
+
+
+def violation_events(span: ReadableSpan) -> Sequence[Mapping[str, object]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == "latency_budget.violation"]
