@@ -76,8 +76,8 @@ def evaluate_spans(
         return found
 
     members: dict[tuple[int, int], list[SpanRecord]] = {}
-    for key in by_id:
-        members.setdefault(local_root(key), []).append(by_id[key])
+    for key, span in by_id.items():
+        members.setdefault(local_root(key), []).append(span)
 
     classifier = config.classifier
     reports: list[TraceReport] = []
