@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from latency_budget.accounting import StageMeasurement, evaluate, union_length
 from latency_budget.config.model import BudgetSet
+from latency_budget.matching import AttributeDecision
 from latency_budget.report import TraceReport
 
 __all__ = ["StageTally", "TraceState"]
@@ -43,7 +44,8 @@ class TraceState:
         self.root_id = root_id
         self.root_start = root_start
         self.tallies: list[StageTally | None] = [None] * stage_count
-        self.open: dict[int, int] = {}  # open span id -> stage index at start (-1: none)
+        # Open span id -> its stage index, or the attribute rules to re-check at its end.
+        self.open: dict[int, int | AttributeDecision] = {}
         self.first_token_at: int | None = None  # earliest first-token instant in the trace
         self.last_seen = root_start  # span timestamps, not wall-clock reads
         self.referenced = True

@@ -48,7 +48,10 @@ def _from_attribute(value: object, unit: str, start_ns: int) -> int | None:
         return None
     if not math.isfinite(value) or value < 0:
         return None
-    return int(value * _SCALE_NS[unit])
+    try:
+        return int(value * _SCALE_NS[unit])
+    except OverflowError:  # finite, but too large to scale to nanoseconds: not a usable value
+        return None
 
 
 def _from_event(name: str | None, start_ns: int, events: Sequence[Event]) -> int | None:

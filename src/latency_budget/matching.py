@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import SpanKind
 
-__all__ = ["GlobError", "MatchRule", "StageClassifier", "compile_glob", "exact_values"]
+__all__ = ["AttributeDecision", "GlobError", "MatchRule", "StageClassifier", "compile_glob", "exact_values"]
 
 _MISSING = object()
 
@@ -100,9 +100,56 @@ class MatchRule:
         return self.matches_static(name, kind, scope) and self.matches_attributes(attributes)
 
 
-# A cache entry is either a stage index that holds whatever the attributes are, or a
-# tuple of candidate (stage index, rule) pairs whose attribute part must be checked.
-_Candidates = tuple[tuple[int, MatchRule], ...]
+class AttributeDecision:
+    """Candidate rules that still need the span's attributes, compiled for speed.
+
+    When every candidate is a single attribute condition (the usual GenAI case), the
+    answer is one dictionary probe per distinct key: the earliest stage whose allowed
+    values contain the span's value. Otherwise the rules are tried in order, after a
+    quick check that at least one of them can possibly hold.
+    """
+
+    __slots__ = ("gate", "index", "rules")
+
+    def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
+        self.rules = rules
+        simple = all(len(rule.attributes) == 1 and not rule.exists for _, rule in rules)
+        self.index: tuple[tuple[str, dict[tuple[type, object], int]], ...] | None = None
+        if simple:
+            by_key: dict[str, dict[tuple[type, object], int]] = {}
+            for stage, rule in rules:
+                key, allowed = rule.attributes[0]
+                table = by_key.setdefault(key, {})
+                for value in allowed:
+                    table.setdefault(value, stage)  # rules are in order: keep the first stage
+            self.index = tuple(by_key.items())
+        # Every rule requires at least one key; if none of these is present, nothing matches.
+        self.gate = tuple(dict.fromkeys(rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules))
+
+    def decide(self, attributes: Mapping[str, object]) -> int:
+        index = self.index
+        if index is not None:
+            best = -1
+            for key, table in index:
+                value = attributes.get(key, _MISSING)
+                if value is _MISSING:
+                    continue
+                try:
+                    stage = table.get((type(value), value), -1)
+                except TypeError:  # unhashable values never match
+                    continue
+                if stage >= 0 and (best < 0 or stage < best):
+                    best = stage
+            return best
+        for key in self.gate:
+            if key in attributes:
+                break
+        else:
+            return -1
+        for stage, rule in self.rules:
+            if rule.matches_attributes(attributes):
+                return stage
+        return -1
 
 
 class StageClassifier:
@@ -116,38 +163,64 @@ class StageClassifier:
     __slots__ = ("_cache", "_max_cache", "_rules")
 
     def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
-        self._rules: _Candidates = tuple(rules)
-        self._cache: dict[tuple[str, str, SpanKind], int | _Candidates] = {}
+        self._rules = tuple(rules)
+        # Keyed by id(kind): SpanKind members are singletons, and hashing an Enum member
+        # runs Python code, which costs more than the rest of the lookup.
+        self._cache: dict[tuple[str, str, int], int | AttributeDecision] = {}
         self._max_cache = max_cache
 
-    def _candidates(self, name: str, kind: SpanKind, scope: str) -> int | _Candidates:
+    def _decision(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
         found: list[tuple[int, MatchRule]] = []
         for stage, rule in self._rules:
             if rule.matches_static(name, kind, scope):
                 if not rule.needs_attributes:
                     if not found:
                         return stage
+                    # An unconditional rule after conditional ones: later rules can never win.
                     found.append((stage, rule))
-                    break  # later rules can never win
+                    return _Ordered(tuple(found))
                 found.append((stage, rule))
-        return tuple(found) if found else -1
+        return AttributeDecision(tuple(found)) if found else -1
+
+    def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
+        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left.
+
+        The processor keeps the returned decision for a span that did not match at start,
+        and asks it again, with the final attributes, when the span ends.
+        """
+        key = (scope, name, id(kind))
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._decision(name, kind, scope)
+            if len(self._cache) < self._max_cache:
+                self._cache[key] = entry
+        return entry
 
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
         """Index of the matching stage in config order, or -1 for no stage."""
-        key = (scope, name, kind)
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._candidates(name, kind, scope)
-            if len(self._cache) < self._max_cache:
-                self._cache[key] = entry
+        entry = self.prepare(name, kind, scope)
         if entry.__class__ is int:
             return entry
-        for stage, rule in entry:  # type: ignore[union-attr]
-            if rule.matches_attributes(attributes):
-                return stage
-        return -1
+        return entry.decide(attributes)  # type: ignore[union-attr]
 
     @property
     def depends_on_attributes(self) -> bool:
         """Whether any rule looks at attributes (so a span may match only at its end)."""
         return any(rule.needs_attributes for _, rule in self._rules)
+
+
+class _Ordered(AttributeDecision):
+    """Candidates ending in an unconditional rule: tried in order, the last always holds."""
+
+    __slots__ = ()
+
+    def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
+        self.rules = rules
+        self.index = None
+        self.gate = ()
+
+    def decide(self, attributes: Mapping[str, object]) -> int:
+        for stage, rule in self.rules:
+            if rule.matches_attributes(attributes):
+                return stage
+        return -1

@@ -26,11 +26,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from latency_budget import _guard
 from latency_budget import attributes as attr
+from latency_budget._sdk_internals import attributes_of
 from latency_budget._spancopy import annotated_copy
 from latency_budget._trace_state import TraceState
 from latency_budget.annotate import root_attributes, violation_attributes
 from latency_budget.config import BudgetConfig, load_budgets
 from latency_budget.first_token import time_to_first_token_ns
+from latency_budget.matching import AttributeDecision
 from latency_budget.report import TraceReport
 
 if TYPE_CHECKING:
@@ -39,6 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["LatencyBudgetProcessor", "ProcessorStats"]
 
 ReportCallback = Callable[[TraceReport], object]
+
+# The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
+_SAMPLED = 0x01
 
 
 class ProcessorStats:
@@ -149,14 +154,21 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     def _start(self, span: Span) -> None:
         ctx = span.context
-        if ctx is None or not ctx.trace_flags.sampled:
+        if ctx is None or not ctx.trace_flags & _SAMPLED:
             return
         parent = span.parent
         config = self._config
         scope = span.instrumentation_scope
         scope_name = scope.name if scope is not None else ""
-        attributes = span.attributes or {}
-        stage = config.classifier.classify(span.name, span.kind, scope_name, attributes)
+        attributes = attributes_of(span)
+        decision = config.classifier.prepare(span.name, span.kind, scope_name)
+        if decision.__class__ is int:
+            stage: int = decision
+            pending: int | AttributeDecision = stage
+        else:
+            stage = decision.decide(attributes)  # type: ignore[union-attr]
+            # Unmatched but attribute-dependent: ask again with the final attributes at end.
+            pending = stage if stage >= 0 else decision
         start = span.start_time or 0
         if parent is None or parent.is_remote:
             budgets = config.budgets_for_root(span.name, span.kind, scope_name, attributes)
@@ -165,15 +177,17 @@ class LatencyBudgetProcessor(SpanProcessor):
                 self._admit(state, start)
                 self._traces[ctx.span_id] = state
                 self._owners[ctx.span_id] = state
-                state.open[ctx.span_id] = stage
+                state.open[ctx.span_id] = pending
         else:
             with self._lock:
                 owner = self._owners.get(parent.span_id)
-                if owner is None or len(owner.open) >= self._max_spans:
+                if owner is None:
                     return  # not a trace we account (evicted, or started before us)
+                if len(owner.open) >= self._max_spans:
+                    owner.truncated = True  # this span goes uncounted: the report must say it is partial
+                    return
                 self._owners[ctx.span_id] = owner
-                owner.open[ctx.span_id] = stage
-                owner.touch(start)
+                owner.open[ctx.span_id] = pending
             budgets = owner.budgets
         if stage >= 0:
             budget = budgets.stages[stage]
@@ -226,18 +240,25 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     def _end(self, span: ReadableSpan) -> tuple[ReadableSpan, TraceReport | None]:
         ctx = span.context
-        if ctx is None or not ctx.trace_flags.sampled:
+        if ctx is None or not ctx.trace_flags & _SAMPLED:
             return span, None
         span_id = ctx.span_id
         # Spans built by hand may lack timestamps: they count as zero-length.
         start = span.start_time or 0
         end = span.end_time or start
         config = self._config
+        late_match = False
         with self._lock:
             state = self._owners.pop(span_id, None)
             if state is None:
                 return span, None  # not a trace we account: pass through untouched
-            stage = state.open.pop(span_id, -1)
+            pending = state.open.pop(span_id, -1)
+            if pending.__class__ is int:
+                stage: int = pending
+            else:
+                # Attributes set after start may make the span a stage span now.
+                stage = pending.decide(attributes_of(span))  # type: ignore[union-attr]
+                late_match = stage >= 0
             is_root = span_id == state.root_id
             if is_root:
                 state.finished = True
@@ -246,42 +267,39 @@ class LatencyBudgetProcessor(SpanProcessor):
             if stage >= 0:
                 # Recorded under the same lock hold as the pop, so a root ending on
                 # another thread either sees this span or never saw it open.
-                ttft = time_to_first_token_ns(
-                    config.stages[stage].first_token, start, span.attributes or {}, span.events
-                )
+                ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes_of(span), span.events)
                 state.record(stage, start, end, ttft, self._max_spans)
             else:
-                state.touch(end)
+                state.referenced = True
+                state.last_seen = max(state.last_seen, end)
+        if stage < 0:
+            if is_root:
+                return self._annotate_root(state, span, {})
+            return span, None
+        budget = state.budgets.stages[stage]
         extra: dict[str, AttributeValue] = {}
-        if stage < 0 and config.classifier.depends_on_attributes:
-            # Attributes set after start may make the span a stage span now.
-            scope = span.instrumentation_scope
-            stage = config.classifier.classify(span.name, span.kind, scope.name if scope else "", span.attributes or {})
-            if stage >= 0:
-                ttft = time_to_first_token_ns(
-                    config.stages[stage].first_token, start, span.attributes or {}, span.events
-                )
-                with self._lock:
-                    if is_root or not state.finished:
-                        state.record(stage, start, end, ttft, self._max_spans)
-                budget = state.budgets.stages[stage]
-                extra[attr.STAGE] = budget.name
-                if budget.budget_ms is not None:
-                    extra[attr.BUDGET_MS] = float(budget.budget_ms)
-        if stage >= 0:
-            budget = state.budgets.stages[stage]
-            own_ms = (end - start) / 1e6
-            if budget.budget_ms is not None and own_ms > budget.budget_ms:
-                extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-                extra[attr.ACTUAL_MS] = own_ms
+        if late_match:
+            extra[attr.STAGE] = budget.name
+            if budget.budget_ms is not None:
+                extra[attr.BUDGET_MS] = float(budget.budget_ms)
+        own_ms = (end - start) / 1e6
+        if budget.budget_ms is not None and own_ms > budget.budget_ms:
+            extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
+            extra[attr.ACTUAL_MS] = own_ms
         if is_root:
-            report = self._finish(state, span)
-            root_attrs = {**extra, **root_attributes(report, truncated=state.truncated)}
-            events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
-            return annotated_copy(span, root_attrs, events), report
+            return self._annotate_root(state, span, extra)
         if extra:
             return annotated_copy(span, extra), None
         return span, None
+
+    def _annotate_root(
+        self, state: TraceState, root: ReadableSpan, extra: dict[str, AttributeValue]
+    ) -> tuple[ReadableSpan, TraceReport]:
+        report = self._finish(state, root)
+        attributes = {**extra, **root_attributes(report, truncated=state.truncated)}
+        end = root.end_time or state.root_start
+        events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
+        return annotated_copy(root, attributes, events), report
 
     def _finish(self, state: TraceState, root: ReadableSpan) -> TraceReport:
         """Evaluate a trace whose local root has ended. The state is no longer shared."""

@@ -34,7 +34,12 @@ class _Loader(yaml.SafeLoader):
     """The safe loader; only its node composition and scalar construction are used."""
 
 
+_PLAIN_COLLECTION_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 def _convert(node: yaml.Node, loader: _Loader, source: str, path: str) -> Any:
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and node.tag not in _PLAIN_COLLECTION_TAGS:
+        raise BudgetConfigError(source, node.start_mark.line + 1, path, f"invalid YAML: unsupported tag {node.tag!r}")
     if isinstance(node, yaml.MappingNode):
         result = LocatedDict()
         result.line = node.start_mark.line + 1
