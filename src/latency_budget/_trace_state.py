@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from latency_budget.accounting import StageMeasurement, evaluate, union_length
 from latency_budget.config.model import BudgetSet
+from latency_budget.critical_path import RecordedSpan, critical_path_ns
+from latency_budget.hints import find_hints
 from latency_budget.matching import AttributeDecision
 from latency_budget.report import TraceReport
 
@@ -11,12 +13,11 @@ __all__ = ["StageTally", "TraceState"]
 
 
 class StageTally:
-    """The ended spans of one stage in one trace."""
+    """Counters for the ended spans of one stage in one trace (exact even when truncated)."""
 
-    __slots__ = ("busy_ns", "count", "first_token_ns", "intervals")
+    __slots__ = ("busy_ns", "count", "first_token_ns")
 
     def __init__(self) -> None:
-        self.intervals: list[tuple[int, int]] = []
         self.busy_ns = 0
         self.count = 0
         self.first_token_ns: int | None = None  # the worst (largest) of the stage's spans
@@ -31,10 +32,10 @@ class TraceState:
         "first_token_at",
         "last_seen",
         "open",
-        "recorded",
         "referenced",
         "root_id",
         "root_start",
+        "spans",
         "tallies",
         "truncated",
     )
@@ -46,20 +47,32 @@ class TraceState:
         self.tallies: list[StageTally | None] = [None] * stage_count
         # Open span id -> its stage index, or the attribute rules to re-check at its end.
         self.open: dict[int, int | AttributeDecision] = {}
+        self.spans: list[RecordedSpan] = []  # ended spans, for unions and the critical path
         self.first_token_at: int | None = None  # earliest first-token instant in the trace
         self.last_seen = root_start  # span timestamps, not wall-clock reads
         self.referenced = True
-        self.recorded = 0
         self.truncated = False
         self.finished = False
 
-    def touch(self, now: int) -> None:
-        """Note activity at span time ``now`` (for LRU and idle eviction)."""
+    def record(
+        self,
+        span_id: int,
+        parent_id: int | None,
+        stage: int,
+        start: int,
+        end: int,
+        first_token_ns: int | None,
+        max_spans: int,
+    ) -> None:
+        """Account one ended span (``stage`` -1 for none). Past ``max_spans`` only counters are kept."""
         self.referenced = True
-        self.last_seen = max(self.last_seen, now)
-
-    def record(self, stage: int, start: int, end: int, first_token_ns: int | None, max_intervals: int) -> None:
-        """Account one ended stage span. Past ``max_intervals`` only counters are kept."""
+        self.last_seen = max(self.last_seen, end)
+        if len(self.spans) < max_spans:
+            self.spans.append((span_id, parent_id, start, end, stage))
+        else:
+            self.truncated = True
+        if stage < 0:
+            return
         tally = self.tallies[stage]
         if tally is None:
             tally = self.tallies[stage] = StageTally()
@@ -72,33 +85,36 @@ class TraceState:
             instant = start + first_token_ns
             if self.first_token_at is None or instant < self.first_token_at:
                 self.first_token_at = instant
-        if self.recorded < max_intervals:
-            self.recorded += 1
-            tally.intervals.append((start, end))
-        else:
-            self.truncated = True
-        self.touch(end)
 
     def report(
         self, root_start: int, root_end: int, *, trace_id: int | None = None, root_name: str | None = None
     ) -> TraceReport:
         """Judge the trace, once its local root (``root_start`` to ``root_end``) has ended."""
+        stages = self.budgets.stages
+        intervals: list[list[tuple[int, int]]] = [[] for _ in stages]
+        for _, _, start, end, stage in self.spans:
+            if stage >= 0:
+                intervals[stage].append((start, end))
         measurements: dict[str, StageMeasurement] = {}
-        for budget, tally in zip(self.budgets.stages, self.tallies, strict=True):
+        for index, (budget, tally) in enumerate(zip(stages, self.tallies, strict=True)):
             if tally is None:
                 continue
             first_token_ms = tally.first_token_ns / 1e6 if tally.first_token_ns is not None else None
             measurements[budget.name] = StageMeasurement(
-                union_length(tally.intervals) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
+                union_length(intervals[index]) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
             )
         first_token_ms = None
         if self.first_token_at is not None and self.first_token_at >= root_start:
             first_token_ms = (self.first_token_at - root_start) / 1e6
+        critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, self.spans, len(stages))
         return evaluate(
             self.budgets,
             measurements,
             total_actual_ms=max(0, root_end - root_start) / 1e6,
             first_token_ms=first_token_ms,
+            critical_ms={budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)},
+            unattributed_ms=unattributed / 1e6,
+            hints=find_hints(self.budgets, self.root_id, self.spans),
             trace_id=trace_id,
             span_id=self.root_id,
             root_name=root_name,

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from latency_budget.config.model import BudgetSet, Severity
+from latency_budget.hints import Hint
 from latency_budget.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
 
 __all__ = ["StageMeasurement", "evaluate", "union_length"]
@@ -49,6 +50,9 @@ def evaluate(
     *,
     total_actual_ms: float,
     first_token_ms: float | None = None,
+    critical_ms: Mapping[str, float] | None = None,
+    unattributed_ms: float | None = None,
+    hints: tuple[Hint, ...] = (),
     trace_id: int | None = None,
     span_id: int | None = None,
     root_name: str | None = None,
@@ -57,6 +61,8 @@ def evaluate(
 
     ``measurements`` is keyed by stage name; stages without one were not seen.
     ``first_token_ms`` is the request-level time to first token, when known.
+    ``critical_ms`` (per stage) and ``unattributed_ms`` split the critical path, when
+    a timeline is known; ``hints`` are passed through to the report.
     """
     stage_reports: list[StageReport] = []
     violations: list[Violation] = []
@@ -73,6 +79,7 @@ def evaluate(
                     severity=budget.severity,
                     first_token_budget_ms=budget.first_token_ms,
                     max_calls=budget.max_calls,
+                    critical_ms=critical_ms.get(budget.name) if critical_ms is not None else None,
                 )
             )
             continue
@@ -104,6 +111,7 @@ def evaluate(
                 first_token_budget_ms=budget.first_token_ms,
                 max_calls=budget.max_calls,
                 violations=tuple(found),
+                critical_ms=critical_ms.get(budget.name) if critical_ms is not None else None,
             )
         )
     if budgets.first_token_ms is not None and first_token_ms is not None and first_token_ms > budgets.first_token_ms:
@@ -118,6 +126,8 @@ def evaluate(
         violations=tuple(violations),
         first_token_ms=first_token_ms,
         first_token_budget_ms=budgets.first_token_ms,
+        unattributed_ms=unattributed_ms,
+        hints=hints,
         trace_id=trace_id,
         span_id=span_id,
         root_name=root_name,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from latency_budget import attributes as attr
+from latency_budget.hints import Hint
 from latency_budget.report import TraceReport, Violation
 
-__all__ = ["root_attributes", "violation_attributes"]
+__all__ = ["hint_attributes", "root_attributes", "violation_attributes"]
 
 AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 
@@ -27,6 +28,11 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
         out[attr.FIRST_TOKEN_MS] = float(report.first_token_ms)
     if truncated:
         out[attr.TRUNCATED] = True
+    if report.unattributed_ms is not None:
+        out[attr.UNATTRIBUTED_MS] = float(report.unattributed_ms)
+    critical_stage = report.critical_stage
+    if critical_stage is not None:
+        out[attr.CRITICAL_STAGE] = critical_stage
     for stage in report.stages:
         if not stage.seen:
             continue
@@ -38,7 +44,20 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
             out[attr.stage_key(name, "budget_ms")] = float(stage.budget_ms)
         if stage.first_token_ms is not None:
             out[attr.stage_key(name, "first_token_ms")] = float(stage.first_token_ms)
+    for stage in report.stages:
+        if stage.critical_ms:  # stages with critical time, seen or not (a parent stage may own it)
+            out[attr.stage_key(stage.stage, "critical_ms")] = float(stage.critical_ms)
     return out
+
+
+def hint_attributes(hint: Hint) -> AttributeMap:
+    """The attributes of one ``latency_budget.hint`` event."""
+    return {
+        attr.HINT_KIND: hint.kind,
+        attr.STAGE: hint.stage,
+        attr.HINT_SPAN_COUNT: hint.span_count,
+        attr.HINT_SAVINGS_MS: float(hint.potential_savings_ms),
+    }
 
 
 def violation_attributes(violation: Violation) -> AttributeMap:

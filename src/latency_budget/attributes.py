@@ -10,7 +10,12 @@ __all__ = [
     "ACTUAL_MS",
     "BUDGET_MS",
     "CALLS",
+    "CRITICAL_STAGE",
     "FIRST_TOKEN_MS",
+    "HINT_EVENT",
+    "HINT_KIND",
+    "HINT_SAVINGS_MS",
+    "HINT_SPAN_COUNT",
     "KIND",
     "MAX_CALLS",
     "OVER_BUDGET_STAGES",
@@ -21,6 +26,7 @@ __all__ = [
     "TOTAL_ACTUAL_MS",
     "TOTAL_BUDGET_MS",
     "TRUNCATED",
+    "UNATTRIBUTED_MS",
     "VIOLATED",
     "VIOLATION_EVENT",
     "WARNED",
@@ -45,6 +51,14 @@ TOTAL_ACTUAL_MS = "latency_budget.total.actual_ms"
 PROFILE = "latency_budget.profile"
 FIRST_TOKEN_MS = "latency_budget.first_token_ms"
 TRUNCATED = "latency_budget.truncated"
+UNATTRIBUTED_MS = "latency_budget.unattributed_ms"
+CRITICAL_STAGE = "latency_budget.critical_stage"
+
+# The span event for each place where time could be won.
+HINT_EVENT = "latency_budget.hint"
+HINT_KIND = "latency_budget.hint.kind"
+HINT_SPAN_COUNT = "latency_budget.hint.span_count"
+HINT_SAVINGS_MS = "latency_budget.hint.potential_savings_ms"
 
 # The span event (and log record) for each violation.
 VIOLATION_EVENT = "latency_budget.violation"

@@ -29,7 +29,7 @@ from latency_budget import attributes as attr
 from latency_budget._sdk_internals import attributes_of
 from latency_budget._spancopy import annotated_copy
 from latency_budget._trace_state import TraceState
-from latency_budget.annotate import root_attributes, violation_attributes
+from latency_budget.annotate import hint_attributes, root_attributes, violation_attributes
 from latency_budget.config import BudgetConfig, load_budgets
 from latency_budget.first_token import time_to_first_token_ns
 from latency_budget.matching import AttributeDecision
@@ -264,14 +264,15 @@ class LatencyBudgetProcessor(SpanProcessor):
                 state.finished = True
                 self._traces.pop(span_id, None)
                 self._forget(state)
+            # Recorded under the same lock hold as the pop, so a root ending on another
+            # thread either sees this span or never saw it open.
+            ttft = None
             if stage >= 0:
-                # Recorded under the same lock hold as the pop, so a root ending on
-                # another thread either sees this span or never saw it open.
                 ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes_of(span), span.events)
-                state.record(stage, start, end, ttft, self._max_spans)
-            else:
-                state.referenced = True
-                state.last_seen = max(state.last_seen, end)
+            parent = span.parent
+            state.record(
+                span_id, parent.span_id if parent is not None else None, stage, start, end, ttft, self._max_spans
+            )
         if stage < 0:
             if is_root:
                 return self._annotate_root(state, span, {})
@@ -299,6 +300,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes = {**extra, **root_attributes(report, truncated=state.truncated)}
         end = root.end_time or state.root_start
         events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
+        events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
         return annotated_copy(root, attributes, events), report
 
     def _finish(self, state: TraceState, root: ReadableSpan) -> TraceReport:

@@ -88,9 +88,12 @@ def evaluate_spans(
             if span is not root and span.end_ns > root.end_ns:
                 continue  # ended after its root: the live processor could not count it either
             stage = classifier.classify(span.name, span.kind, span.scope, span.attributes)
-            if stage < 0:
-                continue
-            ttft = time_to_first_token_ns(config.stages[stage].first_token, span.start_ns, span.attributes, span.events)
-            state.record(stage, span.start_ns, span.end_ns, ttft, max_spans_per_trace)
+            ttft = None
+            if stage >= 0:
+                ttft = time_to_first_token_ns(
+                    config.stages[stage].first_token, span.start_ns, span.attributes, span.events
+                )
+            parent = None if span is root else span.parent_id
+            state.record(span.span_id, parent, stage, span.start_ns, span.end_ns, ttft, max_spans_per_trace)
         reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
     return reports

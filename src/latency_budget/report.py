@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from latency_budget.config.model import Severity
+from latency_budget.hints import Hint
 
 __all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
 
@@ -45,6 +46,7 @@ class StageReport:
     first_token_budget_ms: float | None = None
     max_calls: int | None = None
     violations: tuple[Violation, ...] = ()
+    critical_ms: float | None = None  # this stage's share of the critical path, when known
 
     @property
     def seen(self) -> bool:
@@ -75,6 +77,8 @@ class TraceReport:
     violations: tuple[Violation, ...]
     first_token_ms: float | None = None
     first_token_budget_ms: float | None = None
+    unattributed_ms: float | None = None  # critical-path time no stage span covered
+    hints: tuple[Hint, ...] = ()
     trace_id: int | None = None
     span_id: int | None = None
     root_name: str | None = None
@@ -93,6 +97,15 @@ class TraceReport:
     def warn_stages(self) -> tuple[str, ...]:
         """Stages with a warn-level violation, in config order."""
         return tuple(s.stage for s in self.stages if any(v.severity == "warn" for v in s.violations))
+
+    @property
+    def critical_stage(self) -> str | None:
+        """The stage with the most critical-path time (first in config order on ties)."""
+        best: StageReport | None = None
+        for stage in self.stages:
+            if stage.critical_ms and (best is None or stage.critical_ms > (best.critical_ms or 0.0)):
+                best = stage
+        return best.stage if best is not None else None
 
     def stage(self, name: str) -> StageReport:
         """The report of one stage (``KeyError`` when the stage is not configured)."""

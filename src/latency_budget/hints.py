@@ -1,0 +1,84 @@
+"""Where time could be won: sequential calls that could run in parallel, and extra iterations.
+
+``sequential_calls``: under one parent, two or more consecutive children of a
+parallelizable stage ran one after another, with no overlap and no span of another
+stage between them. Running them concurrently would save the sum of their durations
+minus the longest one.
+
+``iterations``: a stage ran more spans than its ``max_calls``. The calls beyond the
+limit (in start order) are the time an agent that planned better would not spend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from latency_budget.config.model import BudgetSet
+from latency_budget.critical_path import RecordedSpan
+
+__all__ = ["Hint", "HintKind", "find_hints"]
+
+HintKind = Literal["sequential_calls", "iterations"]
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """One opportunity to make the request faster."""
+
+    kind: HintKind
+    stage: str
+    span_count: int
+    potential_savings_ms: float
+
+
+def find_hints(budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan]) -> tuple[Hint, ...]:
+    """Hints for one trace, sequential-call hints first, then iterations, in stage order."""
+    hints: list[Hint] = []
+    parallelizable = {i for i, stage in enumerate(budgets.stages) if stage.parallelizable}
+    if parallelizable:
+        by_parent: dict[int, list[RecordedSpan]] = {}
+        for span in spans:
+            if span[0] != root_id and span[1] is not None and span[4] >= 0:
+                by_parent.setdefault(span[1], []).append(span)
+        for siblings in by_parent.values():
+            if len(siblings) >= 2:
+                hints.extend(_sequential_runs(budgets, siblings, parallelizable))
+    for index, stage in enumerate(budgets.stages):
+        if stage.max_calls is None:
+            continue
+        calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3]))
+        if len(calls) > stage.max_calls:
+            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[stage.max_calls :])
+            hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6))
+    hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
+    return tuple(hints)
+
+
+def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], parallelizable: set[int]) -> list[Hint]:
+    """Runs of back-to-back, non-overlapping same-stage siblings (stage siblings only)."""
+    found: list[Hint] = []
+    siblings.sort(key=lambda s: (s[2], s[3]))
+    run: list[RecordedSpan] = []
+
+    def close() -> None:
+        if len(run) >= 2:
+            durations = [max(0, end - start) for _, _, start, end, _ in run]
+            savings = sum(durations) - max(durations)
+            if savings > 0:
+                found.append(Hint("sequential_calls", budgets.stages[run[0][4]].name, len(run), savings / 1e6))
+
+    for span in siblings:
+        stage = span[4]
+        if run and stage == run[0][4] and span[2] >= max(s[3] for s in run):
+            run.append(span)
+            continue
+        if run and stage == run[0][4]:
+            # Overlaps the run: these calls already run concurrently; no hint for this group.
+            run = []
+            continue
+        close()
+        run = [span] if stage in parallelizable else []
+    close()
+    return found
