@@ -1,0 +1,243 @@
+"""Critical-path attribution and the hints that say where time can be won."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import ReadableSpan
+
+from latency_budget import attributes as attr
+from latency_budget.critical_path import RecordedSpan, critical_path_ns
+
+from .helpers import at, op, pipeline
+
+HINT_YAML = """
+version: 1
+stages:
+  retrieval: {budget_ms: 100}
+  model_call: {budget_ms: 800, max_calls: 2}
+  tool_calls: {budget_ms: 200}
+"""
+
+
+def hints_of(span: ReadableSpan) -> list[dict[str, object]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == attr.HINT_EVENT]
+
+
+def root_attrs(span: ReadableSpan) -> dict[str, object]:
+    return dict(span.attributes or {})
+
+
+def test_sequential_stages_each_own_their_time() -> None:
+    """Retrieval, model and tools one after another: each stage's critical time is its duration."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("retrieve", 0, 45, parent=root, attributes=op("retrieval"))
+    p.run("chat", 45, 1295, parent=root, attributes=op("chat"))
+    p.run("tool", 1295, 1445, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(1445))
+    a = root_attrs(p.span("request"))
+    assert a[attr.stage_key("retrieval", "critical_ms")] == 45.0
+    assert a[attr.stage_key("model_call", "critical_ms")] == 1250.0
+    assert a[attr.stage_key("tool_calls", "critical_ms")] == 150.0
+    assert a[attr.UNATTRIBUTED_MS] == 0.0
+    assert a[attr.CRITICAL_STAGE] == "model_call"
+
+
+def test_parallel_tools_only_the_last_to_finish_is_critical() -> None:
+    """Two overlapping tool calls: the critical path follows the one that finished last."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("tool a", 0, 150, parent=root, attributes=op("execute_tool"))
+    p.run("tool b", 50, 180, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(200))
+    a = root_attrs(p.span("request"))
+    # b (50-180) is critical; before it, a covers 0-50; 180-200 is the root's own time.
+    assert a[attr.stage_key("tool_calls", "critical_ms")] == 180.0
+    assert a[attr.UNATTRIBUTED_MS] == 20.0
+    assert hints_of(p.span("request")) == []  # overlapping siblings: no sequential hint
+
+
+def test_sequential_tools_get_a_hint_with_sum_minus_max_savings() -> None:
+    """Three back-to-back tool calls produce one sequential_calls hint: savings = sum - max."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("tool a", 0, 100, parent=root, attributes=op("execute_tool"))
+    p.run("tool b", 100, 250, parent=root, attributes=op("execute_tool"))
+    p.run("tool c", 260, 300, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(300))
+    hints = hints_of(p.span("request"))
+    assert hints == [
+        {
+            attr.HINT_KIND: "sequential_calls",
+            attr.STAGE: "tool_calls",
+            attr.HINT_SPAN_COUNT: 3,
+            attr.HINT_SAVINGS_MS: 100.0 + 150.0 + 40.0 - 150.0,
+        }
+    ]
+
+
+def test_model_call_between_tools_breaks_the_sequential_run() -> None:
+    """Tool, model, tool (a dependent agent step) is not reported as parallelisable."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("tool a", 0, 100, parent=root, attributes=op("execute_tool"))
+    p.run("chat", 100, 300, parent=root, attributes=op("chat"))
+    p.run("tool b", 300, 400, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(400))
+    assert hints_of(p.span("request")) == []
+
+
+def test_stage_not_parallelizable_gets_no_sequential_hint() -> None:
+    """Sequential model calls are not flagged: model_call is not parallelizable by default."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("chat 1", 0, 100, parent=root, attributes=op("chat"))
+    p.run("chat 2", 100, 200, parent=root, attributes=op("chat"))
+    root.end(end_time=at(200))
+    assert hints_of(p.span("request")) == []
+
+
+def test_parallelizable_can_be_set_in_the_budget_file() -> None:
+    """`parallelizable: false` on tool_calls silences its sequential hint."""
+    p = pipeline("version: 1\nstages:\n  tool_calls: {budget_ms: 200, parallelizable: false}\n")
+    root = p.start("request", 0)
+    p.run("tool a", 0, 100, parent=root, attributes=op("execute_tool"))
+    p.run("tool b", 100, 200, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(200))
+    assert hints_of(p.span("request")) == []
+
+
+def test_iterations_hint_counts_the_calls_beyond_max_calls() -> None:
+    """Four model calls with max_calls 2: an iterations hint saving the last two calls' time."""
+    p = pipeline(HINT_YAML)
+    root = p.start("agent", 0)
+    for n, (start, end) in enumerate([(0, 100), (100, 250), (250, 300), (300, 420)]):
+        p.run(f"chat {n}", start, end, parent=root, attributes=op("chat"))
+    root.end(end_time=at(420))
+    exported = p.span("agent")
+    assert hints_of(exported) == [
+        {attr.HINT_KIND: "iterations", attr.STAGE: "model_call", attr.HINT_SPAN_COUNT: 4, attr.HINT_SAVINGS_MS: 170.0}
+    ]
+    assert root_attrs(exported)[attr.stage_key("model_call", "count")] == 4
+
+
+def test_nested_tool_that_calls_the_model_attributes_inner_time_to_the_model() -> None:
+    """A tool span containing a model call: the model's time is model_call, the rest tool_calls."""
+    p = pipeline()
+    root = p.start("request", 0)
+    tool = p.start("tool", 0, parent=root, attributes=op("execute_tool"))
+    p.run("chat inside tool", 20, 120, parent=tool, attributes=op("chat"))
+    tool.end(end_time=at(150))
+    root.end(end_time=at(150))
+    a = root_attrs(p.span("request"))
+    assert a[attr.stage_key("model_call", "critical_ms")] == 100.0
+    assert a[attr.stage_key("tool_calls", "critical_ms")] == 50.0
+    assert a[attr.UNATTRIBUTED_MS] == 0.0
+    assert a[attr.CRITICAL_STAGE] == "model_call"
+
+
+def test_gap_between_stages_counts_as_unattributed() -> None:
+    """Time in the root (or unmatched spans) between stages is unattributed."""
+    p = pipeline()
+    root = p.start("request", 0)
+    p.run("retrieve", 0, 50, parent=root, attributes=op("retrieval"))
+    p.run("parse json", 60, 90, parent=root)  # unmatched child: still unattributed
+    p.run("chat", 100, 300, parent=root, attributes=op("chat"))
+    root.end(end_time=at(320))
+    a = root_attrs(p.span("request"))
+    assert a[attr.stage_key("retrieval", "critical_ms")] == 50.0
+    assert a[attr.stage_key("model_call", "critical_ms")] == 200.0
+    assert a[attr.UNATTRIBUTED_MS] == 70.0
+
+
+def test_stage_under_unmatched_parent_still_owns_its_time() -> None:
+    """An HTTP span wrapping a model span: the model's time is model_call, the wrapper's own is not."""
+    p = pipeline()
+    root = p.start("request", 0)
+    http = p.start("POST /chat/completions", 0, parent=root)
+    p.run("chat", 10, 90, parent=http, attributes=op("chat"))
+    http.end(end_time=at(100))
+    root.end(end_time=at(100))
+    a = root_attrs(p.span("request"))
+    assert a[attr.stage_key("model_call", "critical_ms")] == 80.0
+    assert a[attr.UNATTRIBUTED_MS] == 20.0
+
+
+def test_child_ending_after_its_parent_is_cut_at_the_parent_end() -> None:
+    """A child that outlives its (non-root) parent counts only up to the parent's end."""
+    p = pipeline()
+    root = p.start("request", 0)
+    step = p.start("step", 0, parent=root)
+    tool = p.start("tool", 50, parent=step, attributes=op("execute_tool"))
+    step.end(end_time=at(100))
+    tool.end(end_time=at(180))
+    root.end(end_time=at(200))
+    a = root_attrs(p.span("request"))
+    assert a[attr.stage_key("tool_calls", "critical_ms")] == 50.0
+    assert a[attr.UNATTRIBUTED_MS] == 150.0
+
+
+# -- properties -------------------------------------------------------------------------------
+
+
+@st.composite
+def random_trees(draw: st.DrawFn) -> tuple[list[RecordedSpan], int, int]:
+    """A random tree of spans with arbitrary overlaps, children possibly outliving parents."""
+    count = draw(st.integers(min_value=1, max_value=25))
+    root_start, root_end = 0, draw(st.integers(min_value=0, max_value=1_000))
+    spans: list[RecordedSpan] = [(1, None, root_start, root_end, draw(st.integers(-1, 2)))]
+    for span_id in range(2, count + 1):
+        parent = draw(st.integers(min_value=1, max_value=span_id - 1))
+        start = draw(st.integers(min_value=-100, max_value=1_100))
+        end = draw(st.integers(min_value=start, max_value=1_200))
+        spans.append((span_id, parent, start, end, draw(st.integers(-1, 2))))
+    return spans, root_start, root_end
+
+
+@settings(max_examples=300, deadline=None)
+@given(random_trees())
+def test_critical_time_partitions_the_root_duration(tree: tuple[list[RecordedSpan], int, int]) -> None:
+    """Stage critical times plus unattributed time add up exactly to the root's duration."""
+    spans, start, end = tree
+    per_stage, unattributed = critical_path_ns(1, start, end, spans, 3)
+    assert all(value >= 0 for value in per_stage)
+    assert unattributed >= 0
+    assert sum(per_stage) + unattributed == end - start
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(min_value=1, max_value=500), min_size=2, max_size=6),
+    st.integers(min_value=0, max_value=100),
+    st.randoms(use_true_random=False),
+)
+def test_no_hint_when_sibling_tools_overlap(durations: list[int], offset: int, rnd: random.Random) -> None:
+    """Sibling tool calls that all share a common instant never produce a sequential hint."""
+    p = pipeline()
+    root = p.start("request", 0)
+    common = 600.0
+    for n, duration in enumerate(durations):
+        start = common - rnd.uniform(0.001, duration)  # every call contains the instant `common`
+        p.run(f"tool {n}", start + offset, start + offset + duration, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(2_000))
+    assert [h for h in hints_of(p.span("request")) if h[attr.HINT_KIND] == "sequential_calls"] == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=500), min_size=2, max_size=6))
+def test_back_to_back_tools_hint_sum_minus_max(durations: list[int]) -> None:
+    """Sibling tool calls laid end to end always get one hint worth sum - max of their durations."""
+    p = pipeline()
+    root = p.start("request", 0)
+    cursor = 0
+    for n, duration in enumerate(durations):
+        p.run(f"tool {n}", cursor, cursor + duration, parent=root, attributes=op("execute_tool"))
+        cursor += duration
+    root.end(end_time=at(cursor))
+    hints = hints_of(p.span("request"))
+    assert len(hints) == 1
+    assert hints[0][attr.HINT_SPAN_COUNT] == len(durations)
+    assert hints[0][attr.HINT_SAVINGS_MS] == float(sum(durations) - max(durations))
