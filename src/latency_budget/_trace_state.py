@@ -118,4 +118,6 @@ class TraceState:
             trace_id=trace_id,
             span_id=self.root_id,
             root_name=root_name,
+            start_time_ns=root_start,
+            end_time_ns=root_end,
         )

@@ -56,6 +56,8 @@ def evaluate(
     trace_id: int | None = None,
     span_id: int | None = None,
     root_name: str | None = None,
+    start_time_ns: int | None = None,
+    end_time_ns: int | None = None,
 ) -> TraceReport:
     """Judge one request's measurements against ``budgets``.
 
@@ -131,6 +133,8 @@ def evaluate(
         trace_id=trace_id,
         span_id=span_id,
         root_name=root_name,
+        start_time_ns=start_time_ns,
+        end_time_ns=end_time_ns,
     )
 
 

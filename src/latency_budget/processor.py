@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
@@ -68,8 +68,11 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     ``budgets`` is a loaded :class:`BudgetConfig` or the path of a budget file.
     ``downstream`` is the processor that exports; a bare ``SpanExporter`` is wrapped
-    in a ``BatchSpanProcessor``. ``on_report`` receives each finished trace's
-    :class:`TraceReport` (its exceptions are logged, never raised).
+    in a ``BatchSpanProcessor``. ``on_report`` (a callable, or a sequence of them,
+    such as :class:`~latency_budget.export.ViolationLogEmitter` and
+    :class:`~latency_budget.export.BudgetMetrics`) receives each finished trace's
+    :class:`TraceReport`, after the root span is forwarded; exceptions are logged,
+    never raised.
 
     Memory is bounded by ``max_active_traces`` (least recently used traces are evicted
     first), ``max_spans_per_trace`` (stage spans remembered per trace) and
@@ -82,7 +85,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         budgets: BudgetConfig | str | os.PathLike[str],
         downstream: SpanProcessor | SpanExporter,
         *,
-        on_report: ReportCallback | None = None,
+        on_report: ReportCallback | Sequence[ReportCallback] | None = None,
         max_active_traces: int = 10_000,
         max_spans_per_trace: int = 1_000,
         idle_ttl_s: float = 300.0,
@@ -93,7 +96,12 @@ class LatencyBudgetProcessor(SpanProcessor):
         if isinstance(downstream, SpanExporter):
             downstream = BatchSpanProcessor(downstream)
         self._downstream: SpanProcessor = downstream
-        self._on_report = on_report
+        if on_report is None:
+            self._on_report: tuple[ReportCallback, ...] = ()
+        elif callable(on_report):
+            self._on_report = (on_report,)
+        else:
+            self._on_report = tuple(on_report)
         self._max_traces = max_active_traces
         self._max_spans = max_spans_per_trace
         self._ttl_ns = int(idle_ttl_s * 1e9)
@@ -135,11 +143,18 @@ class LatencyBudgetProcessor(SpanProcessor):
         except Exception as exc:
             _guard.log_internal_error("on_end", exc)
         self._downstream.on_end(forward)
-        if report is not None and self._on_report is not None:
-            try:
-                self._on_report(report)
-            except Exception:
-                _guard.logger.exception("latency_budget: on_report callback raised; ignored")
+        if report is not None:
+            for callback in self._on_report:
+                try:
+                    callback(report)
+                except Exception as exc:
+                    _guard.log_once(
+                        ("on_report", type(exc), getattr(callback, "__qualname__", type(callback).__qualname__)),
+                        logging.ERROR,
+                        "latency_budget: on_report callback %r raised %r; ignored (logged once)",
+                        callback,
+                        exc,
+                    )
 
     def shutdown(self) -> None:
         if self._shutdown:

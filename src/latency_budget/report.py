@@ -59,6 +59,11 @@ class StageReport:
         return not self.violations
 
     @property
+    def over_budget(self) -> bool:
+        """True when an error-level budget of this stage was broken (what ``violated`` counts)."""
+        return any(v.severity == "error" for v in self.violations)
+
+    @property
     def over_ms(self) -> float:
         """How far the stage's actual exceeds its duration budget (0 when within)."""
         if self.budget_ms is None:
@@ -82,6 +87,8 @@ class TraceReport:
     trace_id: int | None = None
     span_id: int | None = None
     root_name: str | None = None
+    start_time_ns: int | None = None  # the local root's start and end (epoch ns), when known
+    end_time_ns: int | None = None
 
     @property
     def violated(self) -> bool:
@@ -91,7 +98,7 @@ class TraceReport:
     @property
     def over_budget_stages(self) -> tuple[str, ...]:
         """Stages with an error-level violation of any kind, in config order (never ``total``)."""
-        return tuple(s.stage for s in self.stages if any(v.severity == "error" for v in s.violations))
+        return tuple(s.stage for s in self.stages if s.over_budget)
 
     @property
     def warn_stages(self) -> tuple[str, ...]:

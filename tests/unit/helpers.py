@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util.types import AttributeValue
@@ -30,6 +31,30 @@ def at(ms: float) -> int:
     return T0 + round(ms * MS)
 
 
+class RecordingProcessor(SpanProcessor):
+    """A downstream processor that keeps the very objects and calls it receives."""
+
+    def __init__(self, *, flush_result: bool = True) -> None:
+        self.started: list[ReadableSpan] = []
+        self.ended: list[ReadableSpan] = []
+        self.shutdowns = 0
+        self.flushes: list[int] = []
+        self._flush_result = flush_result
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.started.append(span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended.append(span)
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        self.flushes.append(timeout_millis)
+        return self._flush_result
+
+
 @dataclass
 class Pipeline:
     """A TracerProvider whose spans go through LatencyBudgetProcessor into memory."""
@@ -38,6 +63,8 @@ class Pipeline:
     processor: LatencyBudgetProcessor
     exporter: InMemorySpanExporter
     reports: list[TraceReport] = field(default_factory=list)
+    # Registered before the processor: holds the very objects the SDK hands to processors.
+    handed: RecordingProcessor = field(default_factory=RecordingProcessor)
 
     @property
     def tracer(self) -> trace.Tracer:
@@ -45,6 +72,10 @@ class Pipeline:
 
     def finished(self) -> list[ReadableSpan]:
         return list(self.exporter.get_finished_spans())
+
+    def passed_untouched(self, span: ReadableSpan) -> bool:
+        """Whether the exported ``span`` is the very object the SDK handed to the processor."""
+        return any(span is handed for handed in self.handed.ended)
 
     def span(self, name: str) -> ReadableSpan:
         matches = [s for s in self.finished() if s.name == name]
@@ -86,12 +117,14 @@ def pipeline(config: BudgetConfig | str = TECHCORP_YAML, **options: object) -> P
     processor = LatencyBudgetProcessor(
         budgets,
         SimpleSpanProcessor(exporter),
-        on_report=reports.append,
+        on_report=[reports.append, *([options.pop("on_report")] if "on_report" in options else [])],  # type: ignore[list-item]
         **options,  # type: ignore[arg-type]
     )
     provider = TracerProvider()
+    handed = RecordingProcessor()
+    provider.add_span_processor(handed)
     provider.add_span_processor(processor)
-    return Pipeline(provider, processor, exporter, reports)
+    return Pipeline(provider, processor, exporter, reports, handed)
 
 
 def op(name: str) -> dict[str, AttributeValue]:
