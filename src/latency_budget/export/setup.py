@@ -12,13 +12,13 @@ import os
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
 from opentelemetry._logs import set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogExporter
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -29,6 +29,9 @@ from latency_budget.config import BudgetConfig, load_budgets
 from latency_budget.export.logs import ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
 from latency_budget.processor import LatencyBudgetProcessor, ReportCallback
+
+if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
+    from opentelemetry.sdk._logs.export import LogRecordExporter
 
 __all__ = ["Protocol", "Telemetry", "configure", "resolve_protocol"]
 
@@ -106,7 +109,7 @@ def _endpoint(endpoint: str | None, env: Mapping[str, str], protocol: Protocol) 
     return fallback
 
 
-def _exporters(protocol: Protocol, endpoint: str | None) -> tuple[SpanExporter, LogExporter, MetricExporter]:
+def _exporters(protocol: Protocol, endpoint: str | None) -> tuple[SpanExporter, LogRecordExporter, MetricExporter]:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter  # noqa: PLC0415
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # noqa: PLC0415
