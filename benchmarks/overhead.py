@@ -111,9 +111,11 @@ def standard_trace(tracer: trace.Tracer) -> None:
             pass
         with tracer.start_as_current_span("chat gpt-4o-mini", kind=trace.SpanKind.CLIENT, attributes=CHAT):
             pass
-        with tracer.start_as_current_span("execute_tool lookup_order", attributes=TOOL):
-            with tracer.start_as_current_span("GET order", kind=trace.SpanKind.CLIENT, attributes=HTTP_CLIENT):
-                pass
+        with (
+            tracer.start_as_current_span("execute_tool lookup_order", attributes=TOOL),
+            tracer.start_as_current_span("GET order", kind=trace.SpanKind.CLIENT, attributes=HTTP_CLIENT),
+        ):
+            pass
         with tracer.start_as_current_span("render answer", attributes={"app.template": "answer", "app.locale": "en"}):
             pass
 

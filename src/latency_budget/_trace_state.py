@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from latency_budget.accounting import StageMeasurement, evaluate, union_length
-from latency_budget.config.model import BudgetSet
+from latency_budget.config.model import BudgetConfig, BudgetSet
 from latency_budget.critical_path import RecordedSpan, critical_path_ns
 from latency_budget.hints import find_hints
 from latency_budget.matching import AttributeDecision
@@ -28,6 +28,7 @@ class TraceState:
 
     __slots__ = (
         "budgets",
+        "config",
         "finished",
         "first_token_at",
         "last_seen",
@@ -40,8 +41,10 @@ class TraceState:
         "truncated",
     )
 
-    def __init__(self, budgets: BudgetSet, root_id: int, root_start: int, stage_count: int) -> None:
+    def __init__(self, config: BudgetConfig, budgets: BudgetSet, root_id: int, root_start: int) -> None:
+        self.config = config  # the configuration in force when the root started
         self.budgets = budgets  # chosen once, when the root starts
+        stage_count = len(config.stages)
         self.root_id = root_id
         self.root_start = root_start
         self.tallies: list[StageTally | None] = [None] * stage_count

@@ -4,7 +4,8 @@ The rule, walking backwards from the local root's end (as Jaeger's critical-path
 
 1. Start at the root with a cursor at its end.
 2. Among the span's children, take the one that finished last at or before the cursor
-   (a child still running at the cursor is cut at the cursor). The time between that
+   (a child still running at the cursor is cut at the cursor; between children that
+   finished at the same instant, the one that started first, then the lower span id). The time between that
    child's end and the cursor is the span's own time on the critical path.
 3. Walk into that child with the cursor at its (cut) end, then move the span's cursor
    to the child's start, and repeat step 2 with the children that end before it.
@@ -43,7 +44,9 @@ def critical_path_ns(
         elif parent_id is not None:
             children.setdefault(parent_id, []).append(span)
     for siblings in children.values():
-        siblings.sort(key=lambda s: s[3], reverse=True)  # latest end first
+        # Latest end first; on equal ends the earlier start (the longer child), then the id,
+        # so the path does not depend on the order in which spans were recorded.
+        siblings.sort(key=lambda s: (-s[3], s[2], s[0]))
 
     per_stage = [0] * stage_count
     unattributed = 0

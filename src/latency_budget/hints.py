@@ -48,7 +48,7 @@ def find_hints(budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan]) 
     for index, stage in enumerate(budgets.stages):
         if stage.max_calls is None:
             continue
-        calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3]))
+        calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3], s[0]))
         if len(calls) > stage.max_calls:
             extra = sum(max(0, end - start) for _, _, start, end, _ in calls[stage.max_calls :])
             hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6))
@@ -59,7 +59,7 @@ def find_hints(budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan]) 
 def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], parallelizable: set[int]) -> list[Hint]:
     """Runs of back-to-back, non-overlapping same-stage siblings (stage siblings only)."""
     found: list[Hint] = []
-    siblings.sort(key=lambda s: (s[2], s[3]))
+    siblings.sort(key=lambda s: (s[2], s[3], s[0]))
     run: list[RecordedSpan] = []
 
     def close() -> None:

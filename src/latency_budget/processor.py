@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
@@ -176,18 +176,11 @@ class LatencyBudgetProcessor(SpanProcessor):
         scope = span.instrumentation_scope
         scope_name = scope.name if scope is not None else ""
         attributes = attributes_of(span)
-        decision = config.classifier.prepare(span.name, span.kind, scope_name)
-        if decision.__class__ is int:
-            stage: int = decision
-            pending: int | AttributeDecision = stage
-        else:
-            stage = decision.decide(attributes)  # type: ignore[union-attr]
-            # Unmatched but attribute-dependent: ask again with the final attributes at end.
-            pending = stage if stage >= 0 else decision
+        stage, pending = _classify_at_start(config, span, scope_name, attributes)
         start = span.start_time or 0
         if parent is None or parent.is_remote:
             budgets = config.budgets_for_root(span.name, span.kind, scope_name, attributes)
-            state = TraceState(budgets, ctx.span_id, start, len(config.stages))
+            state = TraceState(config, budgets, ctx.span_id, start)
             with self._lock:
                 self._admit(state, start)
                 self._traces[ctx.span_id] = state
@@ -201,6 +194,10 @@ class LatencyBudgetProcessor(SpanProcessor):
                 if len(owner.open) >= self._max_spans:
                     owner.truncated = True  # this span goes uncounted: the report must say it is partial
                     return
+                if owner.config is not config:
+                    # The budgets were reloaded while this trace was in flight: it keeps
+                    # the configuration it started with (rare, so done under the lock).
+                    stage, pending = _classify_at_start(owner.config, span, scope_name, attributes)
                 self._owners[ctx.span_id] = owner
                 owner.open[ctx.span_id] = pending
             budgets = owner.budgets
@@ -261,13 +258,13 @@ class LatencyBudgetProcessor(SpanProcessor):
         # Spans built by hand may lack timestamps: they count as zero-length.
         start = span.start_time or 0
         end = span.end_time or start
-        config = self._config
         late_match = False
         with self._lock:
             state = self._owners.pop(span_id, None)
             if state is None:
                 return span, None  # not a trace we account: pass through untouched
             pending = state.open.pop(span_id, -1)
+            config = state.config
             if pending.__class__ is int:
                 stage: int = pending
             else:
@@ -337,3 +334,18 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._traces = {}
         self._owners = {}
+
+
+def _classify_at_start(
+    config: BudgetConfig, span: Span, scope_name: str, attributes: Mapping[str, object]
+) -> tuple[int, int | AttributeDecision]:
+    """The span's stage at start, and what to remember for its end.
+
+    A span that matches nothing yet, but could through attributes set later, keeps the
+    attribute rules that are left, to ask them again with its final attributes.
+    """
+    decision = config.classifier.prepare(span.name, span.kind, scope_name)
+    if decision.__class__ is int:
+        return decision, decision
+    stage = decision.decide(attributes)  # type: ignore[union-attr]
+    return stage, (stage if stage >= 0 else decision)

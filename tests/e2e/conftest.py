@@ -32,15 +32,8 @@ from .services import (
     start_jaeger,
 )
 
-E2E_MARKER = "e2e"
-
 # Services started in this session, whose logs are attached to failing test reports.
 _started: list[ManagedProcess] = []
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Register the e2e marker (harmless if pyproject.toml registers it too)."""
-    config.addinivalue_line("markers", f"{E2E_MARKER}: end-to-end test against a real Collector and Jaeger")
 
 
 @pytest.hookimpl(wrapper=True)

@@ -206,7 +206,8 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
         ),
         (
             "version: 1\nstages:\n  Model.Call: {budget_ms: 1, match: {name: x}}\n",
-            "budgets.yaml:3: stages.Model.Call: stage names must match [a-z][a-z0-9_]* (lowercase, digits, underscores)",
+            "budgets.yaml:3: stages.Model.Call: stage names must match [a-z][a-z0-9_]* "
+            "(lowercase, digits, underscores)",
         ),
         (
             "version: 1\nstages:\n  rerank: {budget_ms: 1}\n",

@@ -1,0 +1,155 @@
+"""What ``check``, ``report`` and ``suggest`` share: where the traces come from, the budget
+file, and judging every recorded request with :func:`latency_budget.replay.evaluate_spans`."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget.replay import evaluate_spans
+from latency_budget.report import TraceReport
+from latency_budget.stats import RunSummary, summarize
+
+from ._common import CliError
+from ._summary import plural
+from .inputs import TraceSet, read_jaeger, read_trace_files
+
+__all__ = [
+    "BUILTIN_LABEL",
+    "Recorded",
+    "add_budgets_argument",
+    "add_trace_arguments",
+    "load_config",
+    "load_recorded",
+    "percentile_arg",
+    "positive_int",
+]
+
+BUILTIN_LABEL = "the built-in GenAI stages"
+_BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
+
+
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """TRACES files, or ``--jaeger URL --service NAME [--lookback 1h]``."""
+    parser.add_argument(
+        "traces",
+        metavar="TRACES",
+        nargs="*",
+        help="trace files: OTLP JSON lines (the Collector's file exporter) or Jaeger JSON (/api/traces); "
+        "'-' reads standard input; .gz files are decompressed",
+    )
+    live = parser.add_argument_group("live from Jaeger (instead of TRACES)")
+    live.add_argument("--jaeger", metavar="URL", help="Jaeger query service, e.g. http://localhost:16686")
+    live.add_argument("--service", metavar="NAME", help="the service whose traces to fetch (with --jaeger)")
+    live.add_argument("--lookback", metavar="DURATION", default="1h", help="how far back to search (default: 1h)")
+    live.add_argument(
+        "--limit", metavar="N", type=positive_int, default=1000, help="most traces to fetch (default: 1000)"
+    )
+    live.add_argument(
+        "--timeout", metavar="SECONDS", type=_seconds, default=30.0, help="HTTP timeout for Jaeger (default: 30)"
+    )
+
+
+def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """``--budgets FILE``: the stages (and, for ``check``, the budgets) to judge by."""
+    parser.add_argument(
+        "--budgets",
+        "-b",
+        metavar="FILE",
+        required=required,
+        help="budget YAML file"
+        + ("" if required else f" (default: {BUILTIN_LABEL}: retrieval, model_call, tool_calls)"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """Recorded traces judged under a budget configuration."""
+
+    config: BudgetConfig
+    budgets_label: str
+    traces: TraceSet
+    reports: list[TraceReport]
+    summary: RunSummary
+
+    def intro(self) -> str:
+        """``1000 requests (1000 traces, 15000 spans) from traces.jsonl, budgets from budgets.yaml``."""
+        return (
+            f"{plural(self.summary.requests, 'request')} ({plural(self.traces.trace_count, 'trace')}, "
+            f"{plural(len(self.traces.spans), 'span')}) "
+            f"from {self.traces.source_label}; budgets from {self.budgets_label}"
+        )
+
+
+def load_config(path: str | None) -> tuple[BudgetConfig, str]:
+    """The budget file (errors exit 2) or the built-in GenAI stages, with a label for people."""
+    if path is None:
+        return load_budgets(text=_BUILTIN_YAML, source="<built-in>"), BUILTIN_LABEL
+    try:
+        return load_budgets(path), path
+    except BudgetConfigError as exc:
+        raise CliError(str(exc)) from None
+
+
+def load_recorded(args: argparse.Namespace) -> Recorded:
+    """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
+    config, label = load_config(args.budgets)
+    if args.jaeger:
+        if args.traces:
+            raise CliError("give trace files or --jaeger, not both")
+        if not args.service:
+            raise CliError("--jaeger needs --service NAME (the service whose traces to check)")
+        traces = read_jaeger(args.jaeger, args.service, args.lookback, limit=args.limit, timeout_s=args.timeout)
+        if not traces.spans:
+            raise CliError(f"{traces.sources[0]}: Jaeger returned no traces")
+    else:
+        if not args.traces:
+            raise CliError("no traces given: name trace files (or '-'), or use --jaeger URL --service NAME")
+        if args.service:
+            raise CliError("--service is only used with --jaeger")
+        traces = read_trace_files(args.traces)
+        if not traces.spans:
+            raise CliError(f"{traces.source_label}: no spans found")
+    reports = evaluate_spans(config, traces.spans)
+    summary = summarize(config, reports)
+    if summary.stage_span_count == 0:
+        raise CliError(
+            f"{traces.source_label}: no span matched a stage of {label} "
+            f"({len(traces.spans)} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
+            "check --budgets and its match rules"
+        )
+    return Recorded(config, label, traces, reports, summary)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def percentile_arg(text: str) -> float:
+    """An argparse type: ``p50``, ``p95``, ``p99`` (or ``50``, ``95``, ``99``, or ``p90`` and the like)."""
+    raw = text.strip().lower().removeprefix("p")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected p50, p95 or p99, got {text!r}") from None
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"expected a percentile between p0 and p100, got {text!r}")
+    return value

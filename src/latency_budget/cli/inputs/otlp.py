@@ -1,0 +1,194 @@
+"""Read OTLP/JSON trace exports: the Collector's file exporter writes one per line.
+
+The OTLP/JSON encoding is protobuf JSON with hex trace and span ids, integer enums
+and 64-bit integers as strings. We also accept enum names, plain numbers and base64 ids,
+which other protobuf JSON writers produce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import Event
+from opentelemetry.trace import SpanKind
+
+from latency_budget.replay import SpanRecord
+
+from ._errors import TraceInputError
+from ._spans import ParsedSpan, parse_id
+
+__all__ = ["is_otlp", "spans_from_otlp"]
+
+_KINDS = {
+    0: SpanKind.INTERNAL,  # SPAN_KIND_UNSPECIFIED
+    1: SpanKind.INTERNAL,
+    2: SpanKind.SERVER,
+    3: SpanKind.CLIENT,
+    4: SpanKind.PRODUCER,
+    5: SpanKind.CONSUMER,
+}
+_KIND_NAMES = {
+    "SPAN_KIND_UNSPECIFIED": 0,
+    "SPAN_KIND_INTERNAL": 1,
+    "SPAN_KIND_SERVER": 2,
+    "SPAN_KIND_CLIENT": 3,
+    "SPAN_KIND_PRODUCER": 4,
+    "SPAN_KIND_CONSUMER": 5,
+}
+_HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+
+
+def is_otlp(document: object) -> bool:
+    """Whether ``document`` looks like an ``ExportTraceServiceRequest`` (or ``TracesData``)."""
+    return isinstance(document, dict) and "resourceSpans" in document
+
+
+def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]:
+    """The spans of one OTLP/JSON document; ``where`` (``file:line``) prefixes every error."""
+    reader = _Reader(where)
+    found: list[ParsedSpan] = []
+    for r, resource_spans in enumerate(reader.items(document, "resourceSpans", "")):
+        rpath = f"resourceSpans[{r}]"
+        resource = reader.mapping(resource_spans.get("resource", {}), f"{rpath}.resource")
+        process = json.dumps(
+            reader.attributes(resource.get("attributes"), f"{rpath}.resource.attributes"), sort_keys=True, default=str
+        )
+        scope_key = "scopeSpans" if "scopeSpans" in resource_spans else "instrumentationLibrarySpans"
+        for s, scope_spans in enumerate(reader.items(resource_spans, scope_key, rpath)):
+            spath = f"{rpath}.{scope_key}[{s}]"
+            scope = scope_spans.get("scope", scope_spans.get("instrumentationLibrary", {}))
+            scope_name = reader.mapping(scope, f"{spath}.scope").get("name", "")
+            if not isinstance(scope_name, str):
+                raise TraceInputError(f"{where}: {spath}.scope.name: expected a string, got {scope_name!r}")
+            for n, span in enumerate(reader.items(scope_spans, "spans", spath)):
+                found.append(reader.span(span, f"{spath}.spans[{n}]", scope_name, process))
+    return found
+
+
+class _Reader:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def fail(self, path: str, message: str) -> TraceInputError:
+        return TraceInputError(f"{self.where}: {path}: {message}")
+
+    def mapping(self, value: object, path: str) -> Mapping[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected an object, got {_describe(value)}")
+        return value
+
+    def items(self, parent: Mapping[str, Any], key: str, path: str) -> list[Mapping[str, Any]]:
+        value = parent.get(key, [])
+        full = f"{path}.{key}" if path else key
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise self.fail(full, f"expected a list, got {_describe(value)}")
+        return [self.mapping(item, f"{full}[{i}]") for i, item in enumerate(value)]
+
+    def nanos(self, span: Mapping[str, Any], key: str, path: str) -> int:
+        value = span.get(key)
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        if value is None:
+            raise self.fail(f"{path}.{key}", "missing (a span needs its start and end time)")
+        raise self.fail(f"{path}.{key}", f"expected nanoseconds since the epoch, got {value!r}")
+
+    def span(self, span: Mapping[str, Any], path: str, scope: str, process: str) -> ParsedSpan:
+        where = self.where
+        trace_id = parse_id(span.get("traceId"), 16, where, f"{path}.traceId")
+        span_id = parse_id(span.get("spanId"), 8, where, f"{path}.spanId")
+        parent_raw = span.get("parentSpanId")
+        parent_id = parse_id(parent_raw, 8, where, f"{path}.parentSpanId") if parent_raw else None
+        name = span.get("name", "")
+        if not isinstance(name, str):
+            raise self.fail(f"{path}.name", f"expected a string, got {_describe(name)}")
+        kind_raw = span.get("kind", 0)
+        kind_number = _KIND_NAMES.get(kind_raw, -1) if isinstance(kind_raw, str) else kind_raw
+        kind = _KINDS.get(kind_number) if isinstance(kind_number, int) and not isinstance(kind_number, bool) else None
+        if kind is None:
+            raise self.fail(f"{path}.kind", f"not a span kind: {kind_raw!r}")
+        flags = span.get("flags", 0)
+        flags = flags if isinstance(flags, int) and not isinstance(flags, bool) else 0
+        events = tuple(
+            Event(
+                name=str(event.get("name", "")),
+                attributes=self.attributes(event.get("attributes"), f"{path}.events[{i}].attributes"),
+                timestamp=self.nanos(event, "timeUnixNano", f"{path}.events[{i}]"),
+            )
+            for i, event in enumerate(self.items(span, "events", path))
+        )
+        record = SpanRecord(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_id=parent_id,
+            name=name,
+            start_ns=self.nanos(span, "startTimeUnixNano", path),
+            end_ns=self.nanos(span, "endTimeUnixNano", path),
+            kind=kind,
+            scope=scope,
+            attributes=self.attributes(span.get("attributes"), f"{path}.attributes"),
+            events=events,
+            remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
+        )
+        return ParsedSpan(record, process, remote_known=bool(flags & _HAS_IS_REMOTE))
+
+    def attributes(self, value: object, path: str) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, list):
+            raise self.fail(path, f"expected a list of key-value pairs, got {_describe(value)}")
+        out: dict[str, Any] = {}
+        for i, pair in enumerate(value):
+            if not isinstance(pair, dict) or not isinstance(pair.get("key"), str):
+                raise self.fail(f"{path}[{i}]", f"expected {{'key': ..., 'value': ...}}, got {_describe(pair)}")
+            converted = _any_value(pair.get("value"))
+            if converted is not None:
+                out[pair["key"]] = converted
+        return out
+
+
+def _any_value(value: object) -> Any:
+    """An OTLP ``AnyValue`` as a Python attribute value; unusable values become ``None`` (dropped)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    if "stringValue" in value:
+        return value["stringValue"] if isinstance(value["stringValue"], str) else None
+    if "boolValue" in value:
+        return value["boolValue"] if isinstance(value["boolValue"], bool) else None
+    if "intValue" in value:
+        raw = value["intValue"]
+        try:
+            return int(raw) if not isinstance(raw, (bool, float)) else None
+        except (TypeError, ValueError):
+            return None
+    if "doubleValue" in value:
+        raw = value["doubleValue"]
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return float(raw)
+        if raw in ("NaN", "Infinity", "-Infinity"):
+            return float(raw.replace("Infinity", "inf")) if raw != "NaN" else math.nan
+        return None
+    if "arrayValue" in value:
+        array = value["arrayValue"]
+        items = array.get("values", []) if isinstance(array, dict) else []
+        converted = tuple(_any_value(item) for item in items) if isinstance(items, list) else ()
+        return tuple(item for item in converted if item is not None)
+    return None  # kvlistValue and bytesValue are not attribute values the matchers can use
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "null"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,244 @@
+"""``latency-budget suggest TRACES``: a budget file from the percentiles recorded traces show."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from latency_budget.config import BudgetConfigError, load_budgets
+from latency_budget.report import format_ms
+from latency_budget.stats import ProfileSummary, StageSummary, percentile
+
+from ._common import CliError, example_epilog, raw_help
+from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded, percentile_arg
+
+__all__ = ["register"]
+
+_DESCRIPTION = """\
+Write a budget file from what recorded traces show.
+
+Each budget is the observed percentile (--percentile, default p95) times a headroom
+factor (--headroom, default 1.2), rounded up to a whole millisecond, with a comment
+above it that records the numbers it came from. Stages are recognised with the match
+rules of --budgets FILE, whose severities, call limits and profiles are carried over,
+or else with the built-in GenAI stages. The result always passes `validate`."""
+
+# Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
+_CARRIED = ("severity", "max_calls", "parallelizable", "match", "first_token")
+
+
+def register(commands: Any) -> None:
+    """Add the ``suggest`` subcommand."""
+    parser = commands.add_parser(
+        "suggest",
+        help="write a budget file from recorded traces",
+        description=_DESCRIPTION,
+        epilog=example_epilog(
+            "latency-budget suggest traces.jsonl > budgets.yaml",
+            "latency-budget suggest traces.jsonl --budgets budgets.yaml --percentile p99 --headroom 1.5 -o new.yaml",
+        ),
+        formatter_class=raw_help(),
+    )
+    add_trace_arguments(parser)
+    add_budgets_argument(parser, required=False)
+    parser.add_argument(
+        "--percentile",
+        "-p",
+        type=percentile_arg,
+        default=95.0,
+        metavar="P",
+        help="percentile to start from: p50, p95 or p99 (default: p95)",
+    )
+    parser.add_argument(
+        "--headroom",
+        type=_headroom,
+        default=1.2,
+        metavar="FACTOR",
+        help="multiply the percentile by this (default: 1.2)",
+    )
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the YAML to FILE instead of standard output")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Suggest budgets and write them; the text is checked with the budget loader first."""
+    recorded = load_recorded(args)
+    raw = _raw_budgets(args.budgets)
+    text = _Writer(recorded, raw, args.percentile, args.headroom).document()
+    try:
+        load_budgets(text=text, source="<suggested>")
+    except BudgetConfigError as exc:  # a bug in this module, not the user's: say so plainly
+        raise CliError(f"internal error: the suggested budget file does not validate: {exc}", exit_code=3) from None
+    if args.output:
+        try:
+            Path(args.output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+        print(f"Wrote {args.output}.", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _headroom(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a factor such as 1.2, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive factor such as 1.2, got {text!r}")
+    return value
+
+
+def _raw_budgets(path: str | None) -> dict[str, Any]:
+    """The budget file as plain YAML data, to carry its match rules over verbatim (already validated)."""
+    if path is None:
+        return {}
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def _ceil_ms(value: float) -> int:
+    return max(1, math.ceil(round(value, 6)))
+
+
+def _dump(data: Any, indent: int) -> list[str]:
+    text = yaml.safe_dump(data, default_flow_style=False, sort_keys=False, allow_unicode=True, width=100)
+    return [" " * indent + line for line in text.rstrip("\n").split("\n")]
+
+
+class _Writer:
+    """Builds the YAML text line by line, so each budget can carry its own comment."""
+
+    def __init__(self, recorded: Recorded, raw: dict[str, Any], q: float, headroom: float) -> None:
+        self.recorded = recorded
+        self.raw = raw
+        self.q = q
+        self.headroom = headroom
+        self.profiles = {p.profile: p for p in recorded.summary.profiles}
+
+    def budget(self, values: tuple[float, ...]) -> int:
+        return _ceil_ms(_percentile(values, self.q) * self.headroom)
+
+    def observed(self, what: str, values: tuple[float, ...], of: int) -> str:
+        """``# <what> in 133 of 153 requests: p50 .., p95 .., p99 .., max .. -> p95 x 1.2``."""
+        numbers = ", ".join(f"p{q:g} {format_ms(_percentile(values, q))}" for q in (50, 95, 99))
+        return (
+            f"# {what} in {len(values)} of {of} requests: {numbers}, max {format_ms(values[-1])}"
+            f" -> p{self.q:g} x {self.headroom:g}"
+        )
+
+    def document(self) -> str:
+        recorded = self.recorded
+        summary = recorded.summary
+        lines = [
+            f"# Latency budgets suggested by `latency-budget suggest` from {summary.requests} requests",
+            f"# ({recorded.traces.source_label}; stages from {recorded.budgets_label}).",
+            f"# Each budget is the observed p{self.q:g} x {self.headroom:g} headroom, rounded up to a whole ms.",
+            "# Review before use: a budget states what the product needs, not only what it does today.",
+            "version: 1",
+        ]
+        default = self.profiles.get("default")
+        if default is not None:
+            lines += self.totals(default, 0, self.raw)
+        elif "total_ms" in self.raw or "first_token_ms" in self.raw:
+            lines.append("# no request used the default budgets: request-level budgets copied from the input")
+            lines += [f"{key}: {self.raw[key]}" for key in ("total_ms", "first_token_ms") if key in self.raw]
+        if "severity" in self.raw:
+            lines.append(f"severity: {self.raw['severity']}")
+        lines.append("stages:")
+        raw_stages = self.raw.get("stages") or {}
+        for name in recorded.config.stage_names:
+            stage = self.stage(default, name)
+            lines += self.stage_lines(name, stage, raw_stages.get(name) or {})
+        lines += self.profile_lines()
+        return "\n".join(lines) + "\n"
+
+    def totals(self, profile: ProfileSummary, indent: int, raw: dict[str, Any]) -> list[str]:
+        pad = " " * indent
+        total = profile.total
+        lines = [pad + self.observed("end to end, observed", total.actual_ms, total.requests)]
+        lines.append(f"{pad}total_ms: {self.budget(total.actual_ms)}")
+        if total.first_token_ms:
+            lines.append(pad + self.observed("time to first token, observed", total.first_token_ms, total.requests))
+            lines.append(f"{pad}first_token_ms: {self.budget(total.first_token_ms)}")
+        elif "first_token_ms" in raw:
+            lines.append(f"{pad}# no time to first token recorded: copied from the input")
+            lines.append(f"{pad}first_token_ms: {raw['first_token_ms']}")
+        return lines
+
+    @staticmethod
+    def stage(profile: ProfileSummary | None, name: str) -> StageSummary | None:
+        if profile is None:
+            return None
+        return next((s for s in profile.stages if s.stage == name), None)
+
+    def measured(self, stage: StageSummary | None, raw: dict[str, Any], indent: int) -> list[str]:
+        """``budget_ms`` and ``first_token_ms`` lines (with comments), from data or copied from ``raw``."""
+        pad = " " * indent
+        lines: list[str] = []
+        if stage is not None and stage.count:
+            lines.append(pad + self.observed("observed", stage.actual_ms, stage.requests))
+            lines.append(f"{pad}budget_ms: {self.budget(stage.actual_ms)}")
+        elif "budget_ms" in raw:
+            lines.append(f"{pad}# no spans of this stage were recorded: budget copied from the input")
+            lines.append(f"{pad}budget_ms: {raw['budget_ms']}")
+        if stage is not None and stage.first_token_ms:
+            lines.append(pad + self.observed("time to first token, observed", stage.first_token_ms, stage.requests))
+            lines.append(f"{pad}first_token_ms: {self.budget(stage.first_token_ms)}")
+        elif "first_token_ms" in raw:
+            lines.append(f"{pad}first_token_ms: {raw['first_token_ms']}")
+        return lines
+
+    def stage_lines(self, name: str, stage: StageSummary | None, raw: dict[str, Any]) -> list[str]:
+        body = self.measured(stage, raw, 4)
+        for key in _CARRIED:
+            if key in raw:
+                body += _dump({key: raw[key]}, 4)
+        if not any(not line.lstrip().startswith("#") for line in body):
+            return [f"  # {name}: no spans recorded and no budget to copy; tracked without a budget", f"  {name}: {{}}"]
+        return [f"  {name}:", *body]
+
+    def profile_lines(self) -> list[str]:
+        raw_profiles = self.raw.get("profiles") or []
+        if not raw_profiles:
+            return []
+        lines = ["profiles:"]
+        for raw in raw_profiles:
+            name = raw["name"]
+            summary = self.profiles.get(name)
+            lines.append(f"  - name: {json.dumps(name)}")
+            lines += _dump({"when": raw["when"]}, 4)
+            if "severity" in raw:
+                lines.append(f"    severity: {raw['severity']}")
+            if summary is None:
+                lines.append("    # no request matched this profile: copied from the input")
+                lines += [f"    {key}: {raw[key]}" for key in ("total_ms", "first_token_ms") if key in raw]
+                if raw.get("stages"):
+                    lines += _dump({"stages": raw["stages"]}, 4)
+                continue
+            lines += self.totals(summary, 4, raw)
+            raw_overrides = raw.get("stages") or {}
+            stage_lines: list[str] = []
+            for stage_name in self.recorded.config.stage_names:
+                stage = self.stage(summary, stage_name)
+                override = raw_overrides.get(stage_name) or {}
+                body = self.measured(stage, override, 8)
+                for key in ("severity", "max_calls", "parallelizable"):
+                    if key in override:
+                        body += _dump({key: override[key]}, 8)
+                if any(not line.lstrip().startswith("#") for line in body):
+                    stage_lines += [f"      {stage_name}:", *body]
+            if stage_lines:
+                lines += ["    stages:", *stage_lines]
+        return lines
+
+
+def _percentile(values: tuple[float, ...], q: float) -> float:
+    return percentile(values, q, presorted=True)

@@ -1,0 +1,54 @@
+"""Helpers for the CLI tests: run ``latency-budget`` as a subprocess, and the recorded fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BUDGETS = FIXTURES / "budgets.yaml"
+OTLP = FIXTURES / "otlp" / "traces.jsonl"
+JAEGER_SEARCH = FIXTURES / "jaeger" / "search.json"
+JAEGER_TRACE = FIXTURES / "jaeger" / "trace.json"
+
+
+def run_cli(
+    *args: str | os.PathLike[str],
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m latency_budget ARGS`` and capture its exit code, stdout and stderr."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    environment.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "latency_budget", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def expected_reports() -> list[dict[str, Any]]:
+    """The processor's verdict on each request of the fixture recording, as make_fixtures.py kept it."""
+    data: dict[str, Any] = json.loads((FIXTURES / "expected-reports.json").read_text(encoding="utf-8"))
+    return list(data["reports"])
+
+
+@pytest.fixture
+def fixtures_dir() -> Path:
+    """The folder of recorded trace fixtures."""
+    return FIXTURES
