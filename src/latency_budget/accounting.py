@@ -34,7 +34,7 @@ def union_length(intervals: Iterable[tuple[int, int]]) -> int:
     return total
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StageMeasurement:
     """What one request spent in one stage."""
 

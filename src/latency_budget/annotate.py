@@ -13,41 +13,59 @@ AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 
 def root_attributes(report: TraceReport, *, truncated: bool = False) -> AttributeMap:
     """The attributes the local root span gains. All ``_ms`` values are floats."""
-    out: AttributeMap = {
-        attr.VIOLATED: report.violated,
-        attr.OVER_BUDGET_STAGES: report.over_budget_stages,
-        attr.TOTAL_ACTUAL_MS: float(report.total_actual_ms),
-        attr.PROFILE: report.profile,
-    }
+    over: list[str] = []
+    warn: list[str] = []
+    critical_stage = None
+    critical_best = 0.0
+    out: AttributeMap = {}
+    for stage in report.stages:
+        name = stage.stage
+        keys = _stage_keys(name)
+        if stage.count:
+            out[keys[0]] = float(stage.actual_ms)
+            out[keys[1]] = float(stage.busy_ms)
+            out[keys[2]] = stage.count
+            if stage.budget_ms is not None:
+                out[keys[3]] = float(stage.budget_ms)
+            if stage.first_token_ms is not None:
+                out[keys[4]] = float(stage.first_token_ms)
+        if stage.critical_ms:
+            out[keys[5]] = float(stage.critical_ms)
+            if stage.critical_ms > critical_best:
+                critical_stage, critical_best = name, stage.critical_ms
+        for violation in stage.violations:
+            (over if violation.severity == "error" else warn).append(name)
+            break
+    violated = bool(over) or any(v.severity == "error" for v in report.violations)
+    out[attr.VIOLATED] = violated
+    out[attr.OVER_BUDGET_STAGES] = tuple(over)
+    out[attr.TOTAL_ACTUAL_MS] = float(report.total_actual_ms)
+    out[attr.PROFILE] = report.profile
     if report.total_budget_ms is not None:
         out[attr.TOTAL_BUDGET_MS] = float(report.total_budget_ms)
-    warn = report.warn_stages
     if warn:
-        out[attr.WARN_STAGES] = warn
+        out[attr.WARN_STAGES] = tuple(warn)
     if report.first_token_ms is not None:
         out[attr.FIRST_TOKEN_MS] = float(report.first_token_ms)
     if truncated:
         out[attr.TRUNCATED] = True
     if report.unattributed_ms is not None:
         out[attr.UNATTRIBUTED_MS] = float(report.unattributed_ms)
-    critical_stage = report.critical_stage
     if critical_stage is not None:
         out[attr.CRITICAL_STAGE] = critical_stage
-    for stage in report.stages:
-        if not stage.seen:
-            continue
-        name = stage.stage
-        out[attr.stage_key(name, "actual_ms")] = float(stage.actual_ms)
-        out[attr.stage_key(name, "busy_ms")] = float(stage.busy_ms)
-        out[attr.stage_key(name, "count")] = stage.count
-        if stage.budget_ms is not None:
-            out[attr.stage_key(name, "budget_ms")] = float(stage.budget_ms)
-        if stage.first_token_ms is not None:
-            out[attr.stage_key(name, "first_token_ms")] = float(stage.first_token_ms)
-    for stage in report.stages:
-        if stage.critical_ms:  # stages with critical time, seen or not (a parent stage may own it)
-            out[attr.stage_key(stage.stage, "critical_ms")] = float(stage.critical_ms)
     return out
+
+
+_FIELDS = ("actual_ms", "busy_ms", "count", "budget_ms", "first_token_ms", "critical_ms")
+_KEYS: dict[str, tuple[str, ...]] = {}
+
+
+def _stage_keys(stage: str) -> tuple[str, ...]:
+    """The per-stage attribute keys, built once per stage name (names come from the config)."""
+    keys = _KEYS.get(stage)
+    if keys is None:
+        keys = _KEYS[stage] = tuple(attr.stage_key(stage, field) for field in _FIELDS)
+    return keys
 
 
 def hint_attributes(hint: Hint) -> AttributeMap:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
 from opentelemetry.sdk.trace import Event
@@ -19,11 +19,13 @@ def time_to_first_token_ns(
     sources: Sequence[FirstTokenSource],
     start_ns: int,
     attributes: Mapping[str, object],
-    events: Sequence[Event],
+    events: Sequence[Event] | Callable[[], Sequence[Event]],
 ) -> int | None:
     """Nanoseconds from the span's start to its first token, from the first usable source.
 
-    Values that are non-numeric, negative or not finite are skipped, never an error.
+    ``events`` may be a zero-argument callable, called only if an event source is
+    reached (copying a live span's events takes a lock). Values that are non-numeric,
+    negative or not finite are skipped, never an error.
     """
     for source in sources:
         if source.attribute is not None:
@@ -32,6 +34,8 @@ def time_to_first_token_ns(
                 continue
             found = _from_attribute(value, source.unit, start_ns)
         else:
+            if callable(events):
+                events = events()
             found = _from_event(source.event, start_ns, events)
         if found is not None:
             return found

@@ -23,7 +23,7 @@ __all__ = ["Hint", "HintKind", "find_hints"]
 HintKind = Literal["sequential_calls", "iterations"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Hint:
     """One opportunity to make the request faster."""
 

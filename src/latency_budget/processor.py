@@ -280,7 +280,9 @@ class LatencyBudgetProcessor(SpanProcessor):
             # thread either sees this span or never saw it open.
             ttft = None
             if stage >= 0:
-                ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes_of(span), span.events)
+                ttft = time_to_first_token_ns(
+                    config.stages[stage].first_token, start, attributes_of(span), lambda: span.events
+                )
             parent = span.parent
             state.record(
                 span_id, parent.span_id if parent is not None else None, stage, start, end, ttft, self._max_spans
