@@ -1,49 +1,202 @@
 """The one place that reads OpenTelemetry SDK internals, for speed, with a public fallback.
 
-``span.attributes`` builds a ``MappingProxyType`` over a ``BoundedAttributes`` whose
-``get`` runs through ``collections.abc`` in Python: about a microsecond per lookup. The
-processor reads a few attributes of every span, so it reads the SDK's underlying plain
-``dict`` instead. At import we check, on a real span, that the internals look as
-expected; if they do not (another SDK version), every read uses the public API.
-Only reads happen here: nothing in the SDK is modified.
+The processor runs on every span, and on CPython 3.11 each property read of an SDK span
+(``span.context``, ``span.name``, ``span.attributes``, ...) costs about as much as ten
+dictionary lookups; ``span.attributes`` also wraps a ``BoundedAttributes`` whose ``get``
+runs through ``collections.abc`` in Python. So the hot path reads the fields the
+properties return, directly, and builds annotated copies by copying the snapshot's
+fields. At import, a probe checks on real SDK spans that the internals give exactly what
+the public API gives; if not (another SDK version), every function here uses the public
+API instead. Only reads happen: nothing in the SDK is modified.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
+from opentelemetry.trace import SpanKind, set_span_in_context
+from opentelemetry.util.types import AttributeValue
 
-__all__ = ["FAST_PATH", "attributes_of"]
+__all__ = ["FAST_PATH", "SpanFields", "annotated_copy", "attributes_of", "fields_of"]
 
 _EMPTY: Mapping[str, Any] = {}
+
+# trace_id, span_id, trace_flags, parent span id (None: no parent), parent is remote,
+# name, kind, instrumentation scope name, start ns, end ns (0: not set).
+SpanFields = tuple[int, int, int, "int | None", bool, str, SpanKind, str, int, int]
+_NO_CONTEXT: SpanFields = (0, 0, 0, None, False, "", SpanKind.INTERNAL, "", 0, 0)
+
+
+# -- public API versions (the fallback, and the reference the probe compares with) --------
 
 
 def _public_attributes(span: ReadableSpan) -> Mapping[str, Any]:
     return span.attributes or _EMPTY
 
 
+def _public_fields(span: ReadableSpan) -> SpanFields:
+    ctx = span.context
+    if ctx is None:
+        return _NO_CONTEXT
+    parent = span.parent
+    scope = span.instrumentation_scope
+    return (
+        ctx.trace_id,
+        ctx.span_id,
+        int(ctx.trace_flags),
+        parent.span_id if parent is not None else None,
+        parent.is_remote if parent is not None else False,
+        span.name,
+        span.kind,
+        scope.name if scope is not None else "",
+        span.start_time or 0,
+        span.end_time or 0,
+    )
+
+
+class _AnnotatedSpan(ReadableSpan):
+    """A ``ReadableSpan`` that reports the dropped counts of the span it copies."""
+
+    def __init__(self, *, dropped_attributes: int, dropped_events: int, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._copied_dropped_attributes = dropped_attributes
+        self._copied_dropped_events = dropped_events
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._copied_dropped_attributes
+
+    @property
+    def dropped_events(self) -> int:
+        return self._copied_dropped_events
+
+
+def _public_copy(
+    span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event] = ()
+) -> ReadableSpan:
+    return _AnnotatedSpan(
+        dropped_attributes=span.dropped_attributes,
+        dropped_events=span.dropped_events,
+        name=span.name,
+        context=span.context,
+        parent=span.parent,
+        resource=span.resource,
+        attributes={**(span.attributes or _EMPTY), **attributes},
+        events=(*span.events, *events) if events else span.events,
+        links=span.links,
+        kind=span.kind,
+        status=span.status,
+        start_time=span.start_time,
+        end_time=span.end_time,
+        instrumentation_scope=span.instrumentation_scope,
+    )
+
+
+# -- fast versions ---------------------------------------------------------------------
+
+
 def _fast_attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    bounded = span._attributes
-    inner = getattr(bounded, "_dict", None)
+    inner = getattr(span._attributes, "_dict", None)
     if inner.__class__ is dict:
         return inner
     return span.attributes or _EMPTY
 
 
+def _fast_fields(span: ReadableSpan) -> SpanFields:
+    ctx = span._context  # SpanContext is a tuple: (trace_id, span_id, is_remote, trace_flags, ...)
+    if ctx is None:
+        return _NO_CONTEXT
+    parent = span._parent
+    scope = span._instrumentation_scope
+    return (
+        ctx[0],
+        ctx[1],
+        ctx[3],
+        parent[1] if parent is not None else None,
+        parent[2] if parent is not None else False,
+        span._name,
+        span._kind,
+        scope._name if scope is not None else "",
+        span._start_time or 0,
+        span._end_time or 0,
+    )
+
+
+class _FastAnnotatedSpan(ReadableSpan):
+    """A copy made by copying the snapshot's fields; keeps the original's dropped counts."""
+
+    _copied_dropped_attributes = 0
+    _copied_dropped_events = 0
+
+    @property
+    def dropped_attributes(self) -> int:
+        return self._copied_dropped_attributes
+
+    @property
+    def dropped_events(self) -> int:
+        return self._copied_dropped_events
+
+
+def _fast_copy(
+    span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event] = ()
+) -> ReadableSpan:
+    copy = _FastAnnotatedSpan.__new__(_FastAnnotatedSpan)
+    fields = copy.__dict__
+    fields.update(span.__dict__)
+    fields["_attributes"] = {**_fast_attributes(span), **attributes}
+    if events:
+        fields["_events"] = (*span._events, *events)
+    fields["_copied_dropped_attributes"] = span.dropped_attributes
+    fields["_copied_dropped_events"] = span.dropped_events
+    return copy
+
+
+# -- the probe -------------------------------------------------------------------------
+
+
+def _same_span(a: ReadableSpan, b: ReadableSpan) -> bool:
+    return (
+        a.name == b.name
+        and a.context == b.context
+        and a.parent == b.parent
+        and a.kind == b.kind
+        and a.start_time == b.start_time
+        and a.end_time == b.end_time
+        and dict(a.attributes or {}) == dict(b.attributes or {})
+        and [(e.name, dict(e.attributes or {}), e.timestamp) for e in a.events]
+        == [(e.name, dict(e.attributes or {}), e.timestamp) for e in b.events]
+        and a.links == b.links
+        and a.status.status_code == b.status.status_code
+        and a.resource == b.resource
+        and a.instrumentation_scope == b.instrumentation_scope
+        and a.dropped_attributes == b.dropped_attributes
+        and a.dropped_events == b.dropped_events
+    )
+
+
 def _probe() -> bool:
-    """Whether a real SDK span exposes its attributes the way _fast_attributes expects."""
+    """Whether real SDK spans expose their fields the way the fast functions expect."""
     try:
-        provider = TracerProvider(shutdown_on_exit=False)
-        span = cast(ReadableSpan, provider.get_tracer(__name__).start_span("probe", attributes={"probe.key": 1}))
-        inner = getattr(getattr(span, "_attributes", None), "_dict", None)
-        ok = inner.__class__ is dict and inner == {"probe.key": 1}
-        live = cast(Span, span)
-        live.set_attribute("probe.later", True)
-        ok = ok and _fast_attributes(span) == dict(span.attributes or {})
-        live.end()
-        return ok
+        tracer = TracerProvider(shutdown_on_exit=False).get_tracer("latency_budget.probe", "1")
+        root = tracer.start_span("probe root", kind=SpanKind.SERVER, start_time=1_000)
+        child = cast(Span, tracer.start_span("probe", set_span_in_context(root), attributes={"k": 1}, start_time=2_000))
+        child.set_attribute("later", True)
+        child.add_event("e", {"a": "b"}, timestamp=2_500)
+        if _fast_fields(child) != _public_fields(child) or dict(_fast_attributes(child)) != dict(
+            child.attributes or {}
+        ):
+            return False
+        child.end(end_time=3_000)
+        snapshot = child._readable_span()
+        if _fast_fields(snapshot) != _public_fields(snapshot):
+            return False
+        extra = {"x": 1.5}
+        added = [Event("added", {"n": 1}, timestamp=3_000)]
+        fast, public = _fast_copy(snapshot, extra, added), _public_copy(snapshot, extra, added)
+        root.end(end_time=4_000)
+        return _same_span(fast, public) and dict(fast.attributes or {}) == {"k": 1, "later": True, "x": 1.5}
     except Exception:
         return False
 
@@ -51,3 +204,7 @@ def _probe() -> bool:
 FAST_PATH = _probe()
 attributes_of = _fast_attributes if FAST_PATH else _public_attributes
 attributes_of.__doc__ = "The span's attributes as a read-only mapping (never None)."
+fields_of = _fast_fields if FAST_PATH else _public_fields
+fields_of.__doc__ = "The span's ids, flags, parent, name, kind, scope name and times (see SpanFields)."
+annotated_copy = _fast_copy if FAST_PATH else _public_copy
+annotated_copy.__doc__ = "A copy of an ended span with ``attributes`` merged over its own and ``events`` appended."

@@ -6,7 +6,6 @@ from latency_budget.accounting import StageMeasurement, evaluate, union_length
 from latency_budget.config.model import BudgetConfig, BudgetSet
 from latency_budget.critical_path import RecordedSpan, critical_path_ns
 from latency_budget.hints import find_hints
-from latency_budget.matching import AttributeDecision
 from latency_budget.report import TraceReport
 
 __all__ = ["StageTally", "TraceState"]
@@ -32,24 +31,31 @@ class TraceState:
         "finished",
         "first_token_at",
         "last_seen",
-        "open",
+        "owned",
         "referenced",
         "root_id",
         "root_start",
+        "shared",
         "spans",
         "tallies",
+        "trace_id",
         "truncated",
     )
 
-    def __init__(self, config: BudgetConfig, budgets: BudgetSet, root_id: int, root_start: int) -> None:
+    def __init__(
+        self, config: BudgetConfig, budgets: BudgetSet, root_id: int, root_start: int, trace_id: int = 0
+    ) -> None:
         self.config = config  # the configuration in force when the root started
         self.budgets = budgets  # chosen once, when the root starts
         stage_count = len(config.stages)
         self.root_id = root_id
         self.root_start = root_start
         self.tallies: list[StageTally | None] = [None] * stage_count
-        # Open span id -> its stage index, or the attribute rules to re-check at its end.
-        self.open: dict[int, int | AttributeDecision] = {}
+        self.trace_id = trace_id
+        # Other active local roots of the same trace (kept on the first one), and the span
+        # ids registered for this root while its trace had several: see the processor.
+        self.shared: list[TraceState] = []
+        self.owned: list[int] = []
         self.spans: list[RecordedSpan] = []  # ended spans, for unions and the critical path
         self.first_token_at: int | None = None  # earliest first-token instant in the trace
         self.last_seen = root_start  # span timestamps, not wall-clock reads

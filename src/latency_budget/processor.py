@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind
 
 from latency_budget import _guard
 from latency_budget import attributes as attr
-from latency_budget._sdk_internals import attributes_of
-from latency_budget._spancopy import annotated_copy
+from latency_budget._sdk_internals import annotated_copy, attributes_of, fields_of
 from latency_budget._trace_state import TraceState
 from latency_budget.annotate import hint_attributes, root_attributes, violation_attributes
-from latency_budget.config import BudgetConfig, load_budgets
+from latency_budget.config import BudgetConfig
+from latency_budget.config.reload import reload_interval, watch_budgets
 from latency_budget.first_token import time_to_first_token_ns
-from latency_budget.matching import AttributeDecision
 from latency_budget.report import TraceReport
 
 if TYPE_CHECKING:
@@ -78,6 +78,13 @@ class LatencyBudgetProcessor(SpanProcessor):
     first), ``max_spans_per_trace`` (stage spans remembered per trace) and
     ``idle_ttl_s`` (a trace with no span activity for that long is dropped when new
     traces arrive). Evicted traces are forwarded unannotated and counted.
+
+    Live reload: with ``reload_interval_s`` (or ``OTEL_LATENCY_BUDGET_RELOAD_INTERVAL``)
+    and budgets from a file (a path, or a config whose ``source`` is a file), a daemon
+    thread re-reads the file at most every that many seconds and swaps in a changed one
+    that loads; traces in flight finish under the budgets they started with. A broken
+    file keeps the last good budgets and logs its error once. :meth:`reload_now` checks
+    at once (from a SIGHUP handler, say); :meth:`shutdown` stops the thread.
     """
 
     def __init__(
@@ -89,10 +96,12 @@ class LatencyBudgetProcessor(SpanProcessor):
         max_active_traces: int = 10_000,
         max_spans_per_trace: int = 1_000,
         idle_ttl_s: float = 300.0,
+        reload_interval_s: float | None = None,
     ) -> None:
         if max_active_traces < 1 or max_spans_per_trace < 1 or not idle_ttl_s > 0:
             raise ValueError("max_active_traces, max_spans_per_trace and idle_ttl_s must be positive")
-        self._config = budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
+        self._reload_interval = reload_interval(reload_interval_s)
+        self._config, self._watcher = watch_budgets(budgets, self._use_config)
         if isinstance(downstream, SpanExporter):
             downstream = BatchSpanProcessor(downstream)
         self._downstream: SpanProcessor = downstream
@@ -106,18 +115,47 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._max_spans = max_spans_per_trace
         self._ttl_ns = int(idle_ttl_s * 1e9)
         self._lock = threading.Lock()
-        self._traces: dict[int, TraceState] = {}  # root span id -> state, oldest first
-        self._owners: dict[int, TraceState] = {}  # open span id -> state of its local root
+        self._traces: dict[int, TraceState] = {}  # root span id -> state, oldest first (LRU order)
+        self._by_trace: dict[int, TraceState] = {}  # trace id -> its first active local root
+        self._owners: dict[int, TraceState] = {}  # span id -> state, for traces with several local roots
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
         self._shutdown = False
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._reset_after_fork)
             os.register_at_fork(after_in_child=lambda: (method := ref()) is not None and method())
+        if self._reload_interval is not None:
+            if self._watcher is not None:
+                self._watcher.start(self._reload_interval)
+            else:
+                _guard.log_once(
+                    (id(self), "reload-without-file"),
+                    logging.WARNING,
+                    "latency_budget: live reload needs budgets loaded from a file (%s); reload stays off",
+                    self._config.source,
+                )
 
     @property
     def config(self) -> BudgetConfig:
-        """The budget configuration in force."""
+        """The budget configuration in force (new traces use it; traces in flight keep theirs)."""
         return self._config
+
+    @property
+    def reload_interval_s(self) -> float | None:
+        """Seconds between checks of the budget file, or None when live reload is off."""
+        return self._reload_interval if self._watcher is not None else None
+
+    def reload_now(self) -> bool:
+        """Re-read the budget file now; True when a changed file was loaded and swapped in.
+
+        False when the file is unchanged, broken (the last good budgets stay; the error is
+        logged once) or the budgets did not come from a file. Never raises.
+        """
+        return self._watcher.check() if self._watcher is not None else False
+
+    def _use_config(self, config: BudgetConfig) -> None:
+        # One reference assignment: _start reads self._config once per span, so a new
+        # trace sees the old or the new budgets whole, never a mix.
+        self._config = config
 
     def stats(self) -> ProcessorStats:
         """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces."""
@@ -160,47 +198,56 @@ class LatencyBudgetProcessor(SpanProcessor):
         if self._shutdown:
             return
         self._shutdown = True
+        if self._watcher is not None:
+            self._watcher.stop()
         self._downstream.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self._downstream.force_flush(timeout_millis)
 
     # -- accounting ------------------------------------------------------------------
+    #
+    # Bookkeeping is per trace, not per span: a span finds its account through its trace
+    # id. Only while two local roots of one trace are active in this process (a service
+    # calling itself) are that trace's later spans registered one by one, in _owners.
 
     def _start(self, span: Span) -> None:
-        ctx = span.context
-        if ctx is None or not ctx.trace_flags & _SAMPLED:
+        trace_id, span_id, flags, parent_id, parent_remote, name, kind, scope, start, _ = fields_of(span)
+        if not flags & _SAMPLED:
             return
-        parent = span.parent
-        config = self._config
-        scope = span.instrumentation_scope
-        scope_name = scope.name if scope is not None else ""
         attributes = attributes_of(span)
-        stage, pending = _classify_at_start(config, span, scope_name, attributes)
-        start = span.start_time or 0
-        if parent is None or parent.is_remote:
-            budgets = config.budgets_for_root(span.name, span.kind, scope_name, attributes)
-            state = TraceState(config, budgets, ctx.span_id, start)
+        if parent_id is None or parent_remote:
+            config = self._config
+            stage = _classify(config, name, kind, scope, attributes)
+            budgets = config.budgets_for_root(name, kind, scope, attributes)
+            state = TraceState(config, budgets, span_id, start, trace_id)
             with self._lock:
                 self._admit(state, start)
-                self._traces[ctx.span_id] = state
-                self._owners[ctx.span_id] = state
-                state.open[ctx.span_id] = pending
+                self._traces[span_id] = state
+                first = self._by_trace.setdefault(trace_id, state)
+                if first is not state:
+                    # A second local root of an active trace: from now on, spans of this
+                    # trace are registered one by one so each finds its own root.
+                    first.shared.append(state)
+                    self._owners[span_id] = state
+                    state.owned.append(span_id)
         else:
-            with self._lock:
-                owner = self._owners.get(parent.span_id)
-                if owner is None:
-                    return  # not a trace we account (evicted, or started before us)
-                if len(owner.open) >= self._max_spans:
-                    owner.truncated = True  # this span goes uncounted: the report must say it is partial
-                    return
-                if owner.config is not config:
-                    # The budgets were reloaded while this trace was in flight: it keeps
-                    # the configuration it started with (rare, so done under the lock).
-                    stage, pending = _classify_at_start(owner.config, span, scope_name, attributes)
-                self._owners[ctx.span_id] = owner
-                owner.open[ctx.span_id] = pending
-            budgets = owner.budgets
+            # A dict read needs no lock; the write below is for the shared case only.
+            found = self._by_trace.get(trace_id)
+            if found is None:
+                return  # not a trace we account (evicted, or started before us)
+            state = found
+            if state.shared:
+                with self._lock:
+                    state = self._owners.get(parent_id, state)
+                    if state is not self._by_trace.get(trace_id):
+                        self._owners[span_id] = state
+                        state.owned.append(span_id)
+            # Unlocked: benign races on the LRU and idle-TTL hints.
+            state.referenced = True
+            state.last_seen = max(state.last_seen, start)
+            stage = _classify(state.config, name, kind, scope, attributes)
+            budgets = state.budgets
         if stage >= 0:
             budget = budgets.stages[stage]
             if budget.budget_ms is None:
@@ -220,7 +267,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 self._forget(head)
                 self._evicted_idle += 1
                 _guard.log_once(
-                    "evict-idle",
+                    (id(self), "evict-idle"),
                     logging.WARNING,
                     "latency_budget: dropped traces idle for over %.0f s; they are forwarded unannotated (see stats())",
                     self._ttl_ns / 1e9,
@@ -237,7 +284,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             self._forget(head)
             self._evicted_lru += 1
             _guard.log_once(
-                "evict-lru",
+                (id(self), "evict-lru"),
                 logging.WARNING,
                 "latency_budget: over %d active traces; the least recently used are forwarded "
                 "unannotated (see stats())",
@@ -245,48 +292,57 @@ class LatencyBudgetProcessor(SpanProcessor):
             )
 
     def _forget(self, state: TraceState) -> None:
+        """Detach a trace whose root ended or that was evicted. Holds the lock."""
+        state.finished = True
+        self._traces.pop(state.root_id, None)
         owners = self._owners
-        for span_id in state.open:
+        for span_id in state.owned:
             owners.pop(span_id, None)
-        state.open.clear()
+        first = self._by_trace.get(state.trace_id)
+        if first is state:
+            if state.shared:  # promote the next active local root of this trace
+                successor = state.shared[0]
+                successor.shared = state.shared[1:]
+                self._by_trace[state.trace_id] = successor
+            else:
+                del self._by_trace[state.trace_id]
+        elif first is not None and state in first.shared:
+            first.shared.remove(state)
 
     def _end(self, span: ReadableSpan) -> tuple[ReadableSpan, TraceReport | None]:
-        ctx = span.context
-        if ctx is None or not ctx.trace_flags & _SAMPLED:
+        trace_id, span_id, flags, parent_id, _, name, kind, scope, start, end = fields_of(span)
+        if not flags & _SAMPLED:
             return span, None
-        span_id = ctx.span_id
+        state = self._by_trace.get(trace_id)
+        if state is None:
+            return span, None  # not a trace we account: pass through untouched
         # Spans built by hand may lack timestamps: they count as zero-length.
-        start = span.start_time or 0
-        end = span.end_time or start
+        end = end or start
+        attributes = attributes_of(span)
+        if state.shared:
+            with self._lock:
+                state = self._owners.get(span_id, state)
+        config = state.config
+        # The stage set at start, or (for attributes set later) the stage the final attributes give.
         late_match = False
+        named = attributes.get(attr.STAGE)
+        stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
+        if stage < 0:
+            stage = _classify(config, name, kind, scope, attributes)
+            late_match = stage >= 0
+        ttft = None
+        if stage >= 0:
+            ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: span.events)
+        is_root = span_id == state.root_id
         with self._lock:
-            state = self._owners.pop(span_id, None)
-            if state is None:
-                return span, None  # not a trace we account: pass through untouched
-            pending = state.open.pop(span_id, -1)
-            config = state.config
-            if pending.__class__ is int:
-                stage: int = pending
-            else:
-                # Attributes set after start may make the span a stage span now.
-                stage = pending.decide(attributes_of(span))  # type: ignore[union-attr]
-                late_match = stage >= 0
-            is_root = span_id == state.root_id
+            if state.finished:
+                return span, None  # its root ended (or it was evicted) meanwhile: never counted
+            state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans)
             if is_root:
-                state.finished = True
-                self._traces.pop(span_id, None)
                 self._forget(state)
-            # Recorded under the same lock hold as the pop, so a root ending on another
-            # thread either sees this span or never saw it open.
-            ttft = None
-            if stage >= 0:
-                ttft = time_to_first_token_ns(
-                    config.stages[stage].first_token, start, attributes_of(span), lambda: span.events
-                )
-            parent = span.parent
-            state.record(
-                span_id, parent.span_id if parent is not None else None, stage, start, end, ttft, self._max_spans
-            )
+                self._reports += 1
+                if state.truncated:
+                    self._truncated += 1
         if stage < 0:
             if is_root:
                 return self._annotate_root(state, span, {})
@@ -310,44 +366,27 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _annotate_root(
         self, state: TraceState, root: ReadableSpan, extra: dict[str, AttributeValue]
     ) -> tuple[ReadableSpan, TraceReport]:
-        report = self._finish(state, root)
+        """Evaluate a trace whose local root has ended (its state is no longer shared) and annotate the root."""
+        start = root.start_time or state.root_start
+        end = root.end_time or start
+        report = state.report(start, end, trace_id=state.trace_id, root_name=root.name)
         attributes = {**extra, **root_attributes(report, truncated=state.truncated)}
-        end = root.end_time or state.root_start
         events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
         events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
         return annotated_copy(root, attributes, events), report
-
-    def _finish(self, state: TraceState, root: ReadableSpan) -> TraceReport:
-        """Evaluate a trace whose local root has ended. The state is no longer shared."""
-        start = root.start_time or state.root_start
-        with self._lock:
-            self._reports += 1
-            if state.truncated:
-                self._truncated += 1
-        return state.report(
-            start,
-            root.end_time or start,
-            trace_id=root.context.trace_id if root.context is not None else None,
-            root_name=root.name,
-        )
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
         self._lock = threading.Lock()
         self._traces = {}
+        self._by_trace = {}
         self._owners = {}
+        self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
 
 
-def _classify_at_start(
-    config: BudgetConfig, span: Span, scope_name: str, attributes: Mapping[str, object]
-) -> tuple[int, int | AttributeDecision]:
-    """The span's stage at start, and what to remember for its end.
-
-    A span that matches nothing yet, but could through attributes set later, keeps the
-    attribute rules that are left, to ask them again with its final attributes.
-    """
-    decision = config.classifier.prepare(span.name, span.kind, scope_name)
+def _classify(config: BudgetConfig, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
+    """The stage index of a span in ``config`` (-1 for none)."""
+    decision = config.classifier.prepare(name, kind, scope)
     if decision.__class__ is int:
-        return decision, decision
-    stage = decision.decide(attributes)  # type: ignore[union-attr]
-    return stage, (stage if stage >= 0 else decision)
+        return decision
+    return decision.decide(attributes)  # type: ignore[union-attr]

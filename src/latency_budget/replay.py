@@ -83,7 +83,7 @@ def evaluate_spans(
     reports: list[TraceReport] = []
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
         budgets = config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
-        state = TraceState(config, budgets, root.span_id, root.start_ns)
+        state = TraceState(config, budgets, root.span_id, root.start_ns, root.trace_id)
         for span in sorted(members[root_key], key=lambda s: (s.end_ns, s.start_ns)):
             if span is not root and span.end_ns > root.end_ns:
                 continue  # ended after its root: the live processor could not count it either
