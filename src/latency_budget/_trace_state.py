@@ -123,7 +123,9 @@ class TraceState:
             first_token_ms=first_token_ms,
             critical_ms={budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)},
             unattributed_ms=unattributed / 1e6,
-            hints=find_hints(self.budgets, self.root_id, self.spans),
+            hints=find_hints(
+                self.budgets, self.root_id, self.spans, [t.count if t is not None else 0 for t in self.tallies]
+            ),
             trace_id=trace_id,
             span_id=self.root_id,
             root_name=root_name,

@@ -6,7 +6,7 @@ It knows nothing about OpenTelemetry: it turns per-stage measurements into a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from latency_budget.config.model import BudgetSet, Severity
@@ -16,8 +16,11 @@ from latency_budget.report import TOTAL, StageReport, TraceReport, Violation, Vi
 __all__ = ["StageMeasurement", "evaluate", "union_length"]
 
 
-def union_length(intervals: Iterable[tuple[int, int]]) -> int:
+def union_length(intervals: Sequence[tuple[int, int]]) -> int:
     """Total length covered by half-open intervals ``(start, end)``; overlaps count once."""
+    if len(intervals) == 1:  # the common case: one call of the stage
+        start, end = intervals[0]
+        return end - start if end > start else 0
     total = 0
     current_start = current_end = None
     for start, end in sorted(intervals):

@@ -35,18 +35,23 @@ def critical_path_ns(
     them, and is identified by ``root_id``). Spans whose parent was not recorded are
     unreachable and their time counts for the nearest recorded ancestor.
     """
-    children: dict[int, list[RecordedSpan]] = {}
+    # Children per parent as (-end, start, id, stage): a plain sort puts the latest end
+    # first; on equal ends the earlier start (the longer child), then the lower id, so
+    # the path does not depend on the order in which spans were recorded.
+    children: dict[int, list[tuple[int, int, int, int]]] = {}
     root_stage = -1
-    for span in spans:
-        span_id, parent_id, _, _, stage = span
+    for span_id, parent_id, start, end, stage in spans:
         if span_id == root_id:
             root_stage = stage
         elif parent_id is not None:
-            children.setdefault(parent_id, []).append(span)
+            siblings = children.get(parent_id)
+            if siblings is None:
+                children[parent_id] = [(-end, start, span_id, stage)]
+            else:
+                siblings.append((-end, start, span_id, stage))
     for siblings in children.values():
-        # Latest end first; on equal ends the earlier start (the longer child), then the id,
-        # so the path does not depend on the order in which spans were recorded.
-        siblings.sort(key=lambda s: (-s[3], s[2], s[0]))
+        if len(siblings) > 1:
+            siblings.sort()
 
     per_stage = [0] * stage_count
     unattributed = 0
@@ -54,27 +59,28 @@ def critical_path_ns(
     stack: list[tuple[int, int, int, int]] = [(root_id, root_start, root_end, root_stage)]
     while stack:
         span_id, start, cursor, owner = stack.pop()
-        pieces: list[tuple[int, int, int, int]] = []
-        for child in children.get(span_id, ()):
-            if cursor <= start:
-                break
-            child_id, _, child_start, child_end, child_stage = child
-            child_end = min(child_end, cursor)
-            child_start = max(child_start, start)
-            if child_end <= child_start or child_start >= cursor:
-                continue
-            own = cursor - child_end  # the span's own time after this child
-            if own > 0:
-                if owner >= 0:
-                    per_stage[owner] += own
-                else:
-                    unattributed += own
-            pieces.append((child_id, child_start, child_end, child_stage if child_stage >= 0 else owner))
-            cursor = child_start
+        kids = children.get(span_id)
+        if kids is not None:
+            for neg_end, begin, child_id, child_stage in kids:
+                if cursor <= start:
+                    break
+                child_end = -neg_end
+                if child_end > cursor:
+                    child_end = cursor
+                child_start = begin if begin > start else start
+                if child_end <= child_start:
+                    continue
+                own = cursor - child_end  # the span's own time after this child
+                if own > 0:
+                    if owner >= 0:
+                        per_stage[owner] += own
+                    else:
+                        unattributed += own
+                stack.append((child_id, child_start, child_end, child_stage if child_stage >= 0 else owner))
+                cursor = child_start
         if cursor > start:
             if owner >= 0:
                 per_stage[owner] += cursor - start
             else:
                 unattributed += cursor - start
-        stack.extend(pieces)
     return per_stage, unattributed

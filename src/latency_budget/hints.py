@@ -33,10 +33,25 @@ class Hint:
     potential_savings_ms: float
 
 
-def find_hints(budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan]) -> tuple[Hint, ...]:
-    """Hints for one trace, sequential-call hints first, then iterations, in stage order."""
+def find_hints(
+    budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan], counts: Sequence[int] | None = None
+) -> tuple[Hint, ...]:
+    """Hints for one trace, sequential-call hints first, then iterations, in stage order.
+
+    ``counts`` (spans per stage index, when the caller already has them) lets a trace
+    with nothing to hint skip the work: most traces have no repeated stage.
+    """
+    stages = budgets.stages
+    if counts is None:
+        counts = [0] * len(stages)
+        for span in spans:
+            if span[4] >= 0:
+                counts[span[4]] += 1
+    parallelizable = {i for i, stage in enumerate(stages) if stage.parallelizable and counts[i] >= 2}
+    over_calls = [i for i, stage in enumerate(stages) if stage.max_calls is not None and counts[i] > stage.max_calls]
+    if not parallelizable and not over_calls:
+        return ()
     hints: list[Hint] = []
-    parallelizable = {i for i, stage in enumerate(budgets.stages) if stage.parallelizable}
     if parallelizable:
         by_parent: dict[int, list[RecordedSpan]] = {}
         for span in spans:
@@ -45,12 +60,12 @@ def find_hints(budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan]) 
         for siblings in by_parent.values():
             if len(siblings) >= 2:
                 hints.extend(_sequential_runs(budgets, siblings, parallelizable))
-    for index, stage in enumerate(budgets.stages):
-        if stage.max_calls is None:
-            continue
+    for index in over_calls:
+        stage = stages[index]
+        limit = stage.max_calls or 0
         calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3], s[0]))
-        if len(calls) > stage.max_calls:
-            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[stage.max_calls :])
+        if len(calls) > limit:
+            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[limit:])
             hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6))
     hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
     return tuple(hints)

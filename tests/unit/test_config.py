@@ -186,7 +186,11 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
         ),
         (
             "version: 1\nstages:\n  model_call: {budget_ms: .nan}\n",
-            "budgets.yaml:3: stages.model_call.budget_ms: expected a positive number, got nan",
+            "budgets.yaml:3: stages.model_call.budget_ms: expected a positive, finite number, got nan",
+        ),
+        (
+            "version: 1\nstages:\n  model_call: {budget_ms: 1" + "0" * 400 + "}\n",
+            "budgets.yaml:3: stages.model_call.budget_ms: expected a positive, finite number, got 1000000000",
         ),
         (
             "version: 1\nstages:\n  model_call:\n    budget_ms: 800\n    budjet: 3\n",

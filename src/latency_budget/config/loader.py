@@ -104,9 +104,15 @@ class _Builder:
         return value
 
     def positive_number(self, value: Any, line: int | None, path: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             self.fail(line, path, f"expected a positive number, got {_describe(value)}")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            number = math.inf
+        if not math.isfinite(number):
+            self.fail(line, path, f"expected a positive, finite number, got {_describe(value)}")
+        return number
 
     def positive_int(self, value: Any, line: int | None, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -407,4 +413,5 @@ def _describe(value: Any) -> str:
         return "nothing (null)"
     if isinstance(value, bool):
         return "true" if value else "false"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,127 @@
+"""From captured spans to reports: one request per block, and percentiles over runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from latency_budget.accounting import StageMeasurement, evaluate
+from latency_budget.config.model import BudgetConfig
+from latency_budget.replay import SpanRecord, evaluate_spans
+from latency_budget.report import TraceReport
+
+__all__ = ["BLOCK_ROOT_NAME", "judge_block", "percentile_reports"]
+
+# The name of the stand-in root when a block's spans have several roots.
+BLOCK_ROOT_NAME = "assert_within_budget"
+
+
+def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceReport:
+    """The report of one block, judged as one request with the processor's own core.
+
+    With one root span among ``spans`` (a span whose parent is absent, remote or not
+    captured), that root is the request, as in production: it picks the profile and
+    its duration is the total. With several (code called without a span around it),
+    they are judged together under a stand-in root from the first start to the last end.
+    """
+    records = [_record(span) for span in spans]
+    keys = {(record.trace_id, record.span_id) for record in records}
+    tops = [
+        record
+        for record in records
+        if record.parent_id is None or record.remote_parent or (record.trace_id, record.parent_id) not in keys
+    ]
+    if len(tops) > 1:
+        records = _under_one_root(records, tops)
+    (report,) = evaluate_spans(config, records)
+    return report
+
+
+def _record(span: ReadableSpan) -> SpanRecord:
+    context = span.context
+    parent = span.parent
+    start = span.start_time or 0
+    return SpanRecord(
+        trace_id=context.trace_id if context is not None else 0,
+        span_id=context.span_id if context is not None else 0,
+        parent_id=parent.span_id if parent is not None else None,
+        name=span.name,
+        start_ns=start,
+        end_ns=span.end_time or start,
+        kind=span.kind,
+        scope=span.instrumentation_scope.name if span.instrumentation_scope is not None else "",
+        attributes=dict(span.attributes or {}),
+        events=tuple(span.events),
+        remote_parent=bool(parent is not None and parent.is_remote),
+    )
+
+
+def _under_one_root(records: list[SpanRecord], tops: list[SpanRecord]) -> list[SpanRecord]:
+    """Re-parent the top spans under a stand-in root, all in one (stand-in) trace."""
+    trace_id = tops[0].trace_id
+    used = {record.span_id for record in records}
+    root_id = next(candidate for candidate in range(1, len(used) + 2) if candidate not in used)
+    top_ids = {id(top) for top in tops}
+    moved = [
+        replace(record, trace_id=trace_id, parent_id=root_id, remote_parent=False)
+        if id(record) in top_ids
+        else replace(record, trace_id=trace_id)
+        for record in records
+    ]
+    root = SpanRecord(
+        trace_id=trace_id,
+        span_id=root_id,
+        parent_id=None,
+        name=BLOCK_ROOT_NAME,
+        start_ns=min(top.start_ns for top in tops),
+        end_ns=max(top.end_ns for top in tops),
+    )
+    return [root, *moved]
+
+
+def percentile_reports(config: BudgetConfig, runs: Sequence[TraceReport], percentile: float) -> tuple[TraceReport, ...]:
+    """One report per profile the runs were judged under, holding the ``percentile`` of each figure.
+
+    Each stage's actual, busy time, call count and first-token time, and the request's
+    total and first-token time, are taken at the nearest-rank percentile over the runs
+    (the smallest value that at least ``percentile`` % of runs do not exceed), then
+    judged against the profile's budgets. A stage a run did not touch counts 0 ms there.
+    """
+    by_profile: dict[str, list[TraceReport]] = {}
+    for report in runs:
+        by_profile.setdefault(report.profile, []).append(report)
+    verdicts = []
+    for profile, reports in by_profile.items():
+        budgets = config.budgets_by_profile(profile)
+        measurements: dict[str, StageMeasurement] = {}
+        for budget in budgets.stages:
+            stages = [report.stage(budget.name) for report in reports]
+            if not any(stage.seen for stage in stages):
+                continue
+            first_tokens = [s.first_token_ms for s in stages if s.first_token_ms is not None]
+            measurements[budget.name] = StageMeasurement(
+                actual_ms=_nearest_rank([s.actual_ms for s in stages], percentile),
+                busy_ms=_nearest_rank([s.busy_ms for s in stages], percentile),
+                count=round(_nearest_rank([float(s.count) for s in stages], percentile)),
+                first_token_ms=_nearest_rank(first_tokens, percentile) if first_tokens else None,
+            )
+        first_tokens = [r.first_token_ms for r in reports if r.first_token_ms is not None]
+        verdicts.append(
+            evaluate(
+                budgets,
+                measurements,
+                total_actual_ms=_nearest_rank([r.total_actual_ms for r in reports], percentile),
+                first_token_ms=_nearest_rank(first_tokens, percentile) if first_tokens else None,
+                root_name=f"p{percentile:g} of {len(reports)} runs",
+            )
+        )
+    return tuple(verdicts)
+
+
+def _nearest_rank(values: Sequence[float], percentile: float) -> float:
+    ordered = sorted(values)
+    rank = max(1, math.ceil(percentile / 100 * len(ordered)))
+    return ordered[rank - 1]

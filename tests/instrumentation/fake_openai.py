@@ -1,0 +1,185 @@
+"""A small OpenAI-compatible chat-completions server on loopback, for the real ``openai`` client.
+
+Canned answers: a request that offers ``tools`` and has no tool result yet gets one
+``get_weather`` tool call; every other request gets a short text answer. ``"stream": true``
+answers as server-sent events, chunk by chunk, with ``[DONE]`` at the end. The
+subprocess tests reach the server run by the test process over loopback.
+
+A request for model ``PAIRED_MODEL`` is answered only once another such request has
+arrived: two of them are certainly in flight together, so their spans overlap, without
+any sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "gpt-fake-1"
+PAIRED_MODEL = "gpt-fake-paired"
+PAIR_TIMEOUT_S = 30.0
+ANSWER_WORDS = ("It ", "is ", "sunny ", "in ", "Paris.")
+TOOL_NAME = "get_weather"
+TOOL_CALL_ID = "call_weather_1"
+TOOL_ARGUMENTS = '{"city": "Paris"}'
+CREATED = 1_700_000_000
+
+
+def _wants_tool_call(body: dict[str, Any]) -> bool:
+    messages = body.get("messages") or []
+    return bool(body.get("tools")) and not any(m.get("role") == "tool" for m in messages)
+
+
+def _usage() -> dict[str, int]:
+    return {"prompt_tokens": 12, "completion_tokens": len(ANSWER_WORDS), "total_tokens": 12 + len(ANSWER_WORDS)}
+
+
+def completion(body: dict[str, Any]) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` answer to a request body."""
+    if _wants_tool_call(body):
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": TOOL_CALL_ID,
+                    "type": "function",
+                    "function": {"name": TOOL_NAME, "arguments": TOOL_ARGUMENTS},
+                }
+            ],
+        }
+        finish = "tool_calls"
+    else:
+        message = {"role": "assistant", "content": "".join(ANSWER_WORDS)}
+        finish = "stop"
+    return {
+        "id": "chatcmpl-fake-1",
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": body.get("model", MODEL),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": _usage(),
+    }
+
+
+def chunks(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed answer, in order."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": "chatcmpl-fake-stream-1",
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": body.get("model", MODEL),
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
+
+    if _wants_tool_call(body):
+        yield chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": TOOL_CALL_ID,
+                        "type": "function",
+                        "function": {"name": TOOL_NAME, "arguments": ""},
+                    }
+                ],
+            }
+        )
+        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGUMENTS}}]})
+        yield chunk({}, "tool_calls")
+    else:
+        yield chunk({"role": "assistant", "content": ""})
+        for word in ANSWER_WORDS:
+            yield chunk({"content": word})
+        yield chunk({}, "stop")
+    if (body.get("stream_options") or {}).get("include_usage"):
+        final = chunk({})
+        final["choices"] = []
+        final["usage"] = _usage()
+        yield final
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeOpenAIServer
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
+            return
+        self.server.record(body)
+        if body.get("model") == PAIRED_MODEL:
+            try:
+                self.server.pair.wait()
+            except threading.BrokenBarrierError:
+                self.server.pair.reset()  # ready for the next pair
+                self._send_json(504, {"error": {"message": "no second paired request", "type": "timeout"}})
+                return
+        if not body.get("stream"):
+            self._send_json(200, completion(body))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        for item in chunks(body):
+            self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # keep test output clean
+
+
+class FakeOpenAIServer(ThreadingHTTPServer):
+    """The HTTP server; ``requests`` holds the JSON body of every chat request received."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
+        self._lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give ``openai.OpenAI``."""
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def record(self, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(body)
+
+
+@contextmanager
+def serve() -> Iterator[FakeOpenAIServer]:
+    """Run the server on a free loopback port in a background thread for the block."""
+    server = FakeOpenAIServer()
+    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
