@@ -1,107 +1,200 @@
-"""Regenerate the trace fixtures in tests/cli/fixtures/ from a seeded demo run.
+"""Capture the trace fixtures in tests/cli/fixtures/ from a real demo run, Collector and Jaeger.
 
-    python tests/cli/make_fixtures.py
+    scripts/build-tools                                  # once: builds the Collector and Jaeger
+    python tests/cli/make_fixtures.py --from-services
 
-The demo's spans go through the real OpenTelemetry SDK and LatencyBudgetProcessor; the
-processor's report on every request is kept as the expected verdict. The spans are then
-written in the two recorded forms the CLI reads:
+Starts Jaeger and the Collector built by scripts/build-tools (the repository's
+``jaeger-config.yaml`` and ``collector-config.yaml``, every trace kept) on free loopback
+ports, with tests/e2e/services.py, then runs the demo's 30 requests (seed 19) through
+LatencyBudgetProcessor and the real OTLP/gRPC exporter into the Collector, and writes:
 
-* ``otlp/traces.jsonl``: OTLP/JSON lines, one ``ExportTraceServiceRequest`` per line, as
-  the Collector's file exporter writes them: the SDK's own protobuf encoder, rendered with
-  ``google.protobuf.json_format`` (hex ids, integer enums, int64 as strings). Lines hold
-  batches of spans, so some traces span two lines, as in a real file.
-* ``jaeger/search.json`` (every trace, as ``GET /api/traces?service=...`` answers) and
-  ``jaeger/trace.json`` (one trace, as ``GET /api/traces/{id}`` answers), in Jaeger's
-  query-API shape, converted the way Jaeger converts OTLP: microsecond times, the parent
-  as a ``CHILD_OF`` reference, attributes as typed tags (arrays as JSON strings), events
-  as logs with an ``event`` field, the kind and scope as ``span.kind`` and
-  ``otel.scope.name`` tags, the resource as the process.
+* ``expected-reports.json``: the processor's verdict on each request, as it ran;
+* ``budgets.yaml``: the budget file the demo ran with (the packaged budgets.example.yaml);
+* ``otlp/traces.jsonl``: the Collector's ``file/traces`` output, byte for byte;
+* ``jaeger/search.json``: Jaeger's answer to
+  ``GET /api/traces?service=support-assistant&limit=100&lookback=1h``, byte for byte;
+* ``jaeger/trace.json``: Jaeger's answer to ``GET /api/traces/{id}`` for the slowest request.
 
-These are stand-ins until files captured from a real Collector and Jaeger replace them:
-see fixtures/README.md.
-The run is fully deterministic (seeded ids and latencies, a fixed end time), so running
-this script twice gives identical files.
+The seed fixes the trace and span ids, the durations and the verdicts; the absolute times
+(the run ends "now"), the order of the lines and ``service.instance.id`` change from one
+capture to the next, which the CLI tests do not depend on.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import shutil
+import os
+import sys
+import tempfile
+import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from latency_budget.demo import example_budgets
-from latency_budget.demo.otlp_json import encode_otlp_json
-from latency_budget.demo.run import run_demo
+from latency_budget.demo import example_budgets, example_budgets_text
+from latency_budget.demo.run import DEMO_SERVICE_NAME, DemoRun, demo_resource, run_demo
 from latency_budget.report import TraceReport
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))  # run as a script: make tests.e2e importable
+
+from tests.e2e.services import (  # noqa: E402
+    CollectorService,
+    JaegerService,
+    ServiceError,
+    find_tools,
+    http_get,
+    poll,
+    start_collector,
+    start_jaeger,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SEED = 19  # a seed whose 30 requests break every kind of budget at least once
 REQUESTS = 30
-END_TIME_NS = 1_767_225_600_000_000_000  # 2026-01-01T00:00:00Z
-SPANS_PER_LINE = 64
-RESOURCE = Resource(
-    {
-        "service.name": "support-assistant",
-        "service.version": "fixture",
-        "telemetry.sdk.language": "python",
-        "telemetry.sdk.name": "opentelemetry",
-    }
-)
+CONCURRENCY = 4  # the CLI's default: spans of several requests share export batches
+# The demo emits its requests in well under a second, and the Collector would write them all
+# as one line. Spread over time in batches, as a service's traffic is, they make several
+# lines, and some traces span two of them (the tail sampler's late spans), as in a real file.
+EXPORT_BATCH_SPANS = 64
+EXPORT_PAUSE_S = 1.5  # more than the sampler's decision wait and the batch processor's timeout
+DELIVERY_TIMEOUT_S = 120.0
+KEEP_EVERY_TRACE = {"OTELCOL_TRACES_SAMPLING_PERCENTAGE": "100", "OTELCOL_TAIL_SAMPLING_DECISION_WAIT": "1s"}
+SEARCH_QUERY = {"service": DEMO_SERVICE_NAME, "limit": "100", "lookback": "1h"}
 
 
-def main() -> None:
-    """Run the demo, then write the budgets, the expected reports and both trace formats."""
-    exporter = InMemorySpanExporter()
-    config = example_budgets()
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, capture the fixtures, and say what was written."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--from-services",
+        action="store_true",
+        help="start the Collector and Jaeger built by scripts/build-tools and capture what they recorded",
+    )
+    args = parser.parse_args(argv)
+    if not args.from_services:
+        parser.error("the fixtures are captured from the real Collector and Jaeger: add --from-services")
+    tools, missing = find_tools()
+    if missing:
+        parser.exit(1, f"make_fixtures: missing {', '.join(map(str, missing))}; run scripts/build-tools first\n")
+    # Only what this script sets applies: no OTEL_* variable of the caller's shell.
+    for name in [name for name in os.environ if name.startswith("OTEL_")]:
+        del os.environ[name]
+    with tempfile.TemporaryDirectory(prefix="latency-budget-fixtures-") as work:
+        jaeger = start_jaeger(tools, Path(work))
+        try:
+            collector = start_collector(
+                tools, Path(work), jaeger_otlp_endpoint=jaeger.otlp_grpc_endpoint, extra_env=KEEP_EVERY_TRACE
+            )
+            try:
+                spans = capture(collector, jaeger)
+            except (ServiceError, TimeoutError) as error:
+                parser.exit(
+                    1, f"make_fixtures: {error}\n{collector.process.log_tail(40)}\n{jaeger.process.log_tail(40)}\n"
+                )
+            finally:
+                collector.stop()
+        finally:
+            jaeger.process.stop()
+    print(f"captured {spans} spans of {REQUESTS} requests into {FIXTURES}")
+    return 0
+
+
+def capture(collector: CollectorService, jaeger: JaegerService) -> int:
+    """Run the demo into ``collector``, wait until everything is recorded, and write the fixtures."""
+    exporter = _Paced(OTLPSpanExporter(endpoint=collector.otlp_grpc_endpoint, insecure=True))
+    batches = BatchSpanProcessor(exporter, max_queue_size=REQUESTS * 30, max_export_batch_size=EXPORT_BATCH_SPANS)
     run = run_demo(
-        config,
+        example_budgets(),
         requests=REQUESTS,
-        concurrency=1,  # one emitting thread: spans reach the exporter in a fixed order
+        concurrency=CONCURRENCY,
         seed=SEED,
-        downstream=SimpleSpanProcessor(exporter),
-        resource=RESOURCE,
-        end_time_ns=END_TIME_NS,
+        downstream=batches,
+        resource=demo_resource(),
     )
-    spans = list(exporter.get_finished_spans())
-    FIXTURES.mkdir(exist_ok=True)
-    (FIXTURES / "otlp").mkdir(exist_ok=True)
-    (FIXTURES / "jaeger").mkdir(exist_ok=True)
-    shutil.copyfile(Path(__file__).resolve().parents[2] / "budgets.example.yaml", FIXTURES / "budgets.yaml")
-
     reports = [report for report in run.reports if report is not None]
-    _write_json(FIXTURES / "expected-reports.json", {"seed": SEED, "reports": [_report(r) for r in reports]})
+    if len(reports) != REQUESTS:
+        raise ServiceError(f"the processor judged {len(reports)} of {REQUESTS} requests")
+    spans = sum(request.span_count for request in run.requests)
 
-    with (FIXTURES / "otlp" / "traces.jsonl").open("w", encoding="utf-8") as handle:
-        for start in range(0, len(spans), SPANS_PER_LINE):
-            document = encode_otlp_json(spans[start : start + SPANS_PER_LINE])
-            handle.write(json.dumps(document, separators=(",", ":")) + "\n")
-
-    by_trace: dict[int, list[ReadableSpan]] = {}
-    for span in spans:
-        assert span.context is not None
-        by_trace.setdefault(span.context.trace_id, []).append(span)
-    traces = [_jaeger_trace(trace_spans) for trace_spans in by_trace.values()]
-    _write_json(FIXTURES / "jaeger" / "search.json", _jaeger_response(traces), compact=True)
-    slowest = max(reports, key=lambda r: r.total_actual_ms)
-    assert slowest.trace_id is not None
-    _write_json(
-        FIXTURES / "jaeger" / "trace.json", _jaeger_response([_jaeger_trace(by_trace[slowest.trace_id])]), compact=True
+    traces_jsonl = poll(
+        lambda: _when_complete(collector.traces_file.read_bytes() if collector.traces_file.exists() else b"", spans),
+        timeout=DELIVERY_TIMEOUT_S,
+        what=f"all {spans} spans in the collector's trace file",
     )
-    print(f"wrote {len(spans)} spans of {len(reports)} requests to {FIXTURES}")
+    search = poll(
+        lambda: _jaeger_answer(jaeger, "/api/traces?" + urllib.parse.urlencode(SEARCH_QUERY), spans),
+        timeout=DELIVERY_TIMEOUT_S,
+        what=f"all {spans} spans in Jaeger's search",
+    )
+    slowest = max(reports, key=lambda r: r.total_actual_ms)
+    slowest_spans = sum(1 for _ in _trace_spans(json.loads(search), f"{slowest.trace_id:032x}"))
+    trace = poll(
+        lambda: _jaeger_answer(jaeger, f"/api/traces/{slowest.trace_id:032x}", slowest_spans),
+        timeout=DELIVERY_TIMEOUT_S,
+        what="the slowest trace in Jaeger",
+    )
+
+    (FIXTURES / "otlp").mkdir(parents=True, exist_ok=True)
+    (FIXTURES / "jaeger").mkdir(parents=True, exist_ok=True)
+    (FIXTURES / "budgets.yaml").write_text(example_budgets_text(), encoding="utf-8")
+    _write_reports(run, reports)
+    (FIXTURES / "otlp" / "traces.jsonl").write_bytes(traces_jsonl)
+    (FIXTURES / "jaeger" / "search.json").write_bytes(search)
+    (FIXTURES / "jaeger" / "trace.json").write_bytes(trace)
+    return spans
 
 
-def _write_json(path: Path, data: object, *, compact: bool = False) -> None:
-    """Pretty JSON for files people read; compact, as Jaeger's API answers, for responses."""
-    text = json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)
-    path.write_text(text + "\n", encoding="utf-8")
+class _Paced(SpanExporter):
+    """Exports through ``inner``, then waits ``EXPORT_PAUSE_S`` before the next batch may go."""
+
+    def __init__(self, inner: SpanExporter) -> None:
+        self._inner = inner
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = self._inner.export(spans)
+        time.sleep(EXPORT_PAUSE_S)
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+
+def _when_complete(jsonl: bytes, spans: int) -> bytes | None:
+    """The file's bytes once its last line is whole and it holds ``spans`` spans."""
+    if not jsonl.endswith(b"\n"):
+        return None
+    count = 0
+    for line in jsonl.splitlines():
+        for resource in json.loads(line).get("resourceSpans") or []:
+            for scope in resource.get("scopeSpans") or []:
+                count += len(scope.get("spans") or [])
+    return jsonl if count == spans else None
+
+
+def _jaeger_answer(jaeger: JaegerService, path: str, spans: int) -> bytes | None:
+    """Jaeger's answer to ``path``, byte for byte, once it holds ``spans`` spans."""
+    status, body = http_get(jaeger.query_url + path)
+    if status != 200:
+        return None
+    count = sum(len(trace.get("spans") or []) for trace in json.loads(body).get("data") or [])
+    return body if count == spans else None
+
+
+def _trace_spans(answer: dict[str, Any], trace_id: str) -> list[dict[str, Any]]:
+    return [span for trace in answer["data"] if trace["traceID"] == trace_id for span in trace["spans"]]
+
+
+def _write_reports(run: DemoRun, reports: list[TraceReport]) -> None:
+    document = {"seed": run.seed, "reports": [_report(report) for report in reports]}
+    (FIXTURES / "expected-reports.json").write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
 
 
 def _report(report: TraceReport) -> dict[str, Any]:
@@ -122,86 +215,5 @@ def _report(report: TraceReport) -> dict[str, Any]:
     }
 
 
-# -- Jaeger's query-API JSON ------------------------------------------------------------------
-
-_KIND = {
-    SpanKind.INTERNAL: "internal",
-    SpanKind.SERVER: "server",
-    SpanKind.CLIENT: "client",
-    SpanKind.PRODUCER: "producer",
-    SpanKind.CONSUMER: "consumer",
-}
-
-
-def _tag(key: str, value: object) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"key": key, "type": "bool", "value": value}
-    if isinstance(value, int):
-        return {"key": key, "type": "int64", "value": value}
-    if isinstance(value, float):
-        return {"key": key, "type": "float64", "value": value}
-    if isinstance(value, (tuple, list)):  # arrays become JSON strings
-        return {"key": key, "type": "string", "value": json.dumps(list(value), separators=(",", ":"))}
-    return {"key": key, "type": "string", "value": str(value)}
-
-
-def _jaeger_trace(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    processes: dict[str, dict[str, Any]] = {}
-    keys: dict[str, str] = {}
-    out = []
-    for span in sorted(spans, key=lambda s: (s.start_time or 0, s.context.span_id if s.context else 0)):
-        assert span.context is not None
-        assert span.start_time is not None
-        assert span.end_time is not None
-        resource = dict(span.resource.attributes)
-        process = {
-            "serviceName": str(resource.pop("service.name", "unknown_service")),
-            "tags": [_tag(k, v) for k, v in sorted(resource.items())],
-        }
-        key = json.dumps(process, sort_keys=True)
-        if key not in keys:
-            keys[key] = f"p{len(keys) + 1}"
-            processes[keys[key]] = process
-        trace_id = f"{span.context.trace_id:032x}"
-        scope = span.instrumentation_scope
-        tags = [_tag(k, v) for k, v in (span.attributes or {}).items()]
-        if scope is not None:
-            tags.append(_tag("otel.scope.name", scope.name))
-            if scope.version:
-                tags.append(_tag("otel.scope.version", scope.version))
-        tags.append(_tag("span.kind", _KIND[span.kind]))
-        tags.append(_tag("internal.span.format", "otlp"))
-        logs = [
-            {
-                "timestamp": event.timestamp // 1_000,
-                "fields": [_tag("event", event.name), *(_tag(k, v) for k, v in (event.attributes or {}).items())],
-            }
-            for event in span.events
-        ]
-        references = []
-        if span.parent is not None:
-            references.append({"refType": "CHILD_OF", "traceID": trace_id, "spanID": f"{span.parent.span_id:016x}"})
-        out.append(
-            {
-                "traceID": trace_id,
-                "spanID": f"{span.context.span_id:016x}",
-                "operationName": span.name,
-                "references": references,
-                "startTime": span.start_time // 1_000,
-                "duration": (span.end_time - span.start_time) // 1_000,
-                "tags": tags,
-                "logs": logs,
-                "processID": keys[key],
-                "warnings": None,
-                "flags": 1,
-            }
-        )
-    return {"traceID": out[0]["traceID"], "spans": out, "processes": processes, "warnings": None}
-
-
-def _jaeger_response(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"data": traces, "total": 0, "limit": 0, "offset": 0, "errors": None}
-
-
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

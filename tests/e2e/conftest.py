@@ -12,11 +12,22 @@ Fixtures:
                     to ``jaeger``; tail sampling keeps only latency-budget violations
                     (OTELCOL_TRACES_SAMPLING_PERCENTAGE=0) and decides after 1s.
                     ``otel_collector.stopped()`` / ``.restart()`` simulate an outage.
+    otel_collector_keep_all
+                    CollectorService: a second collector, same config and Jaeger, that keeps
+                    every trace (OTELCOL_TRACES_SAMPLING_PERCENTAGE=100), for tests that look
+                    at traces within budget too.
+    private_collector
+                    CollectorService: a collector of the test's own (keeps every trace), for
+                    tests that stop and restart it; stopped after the test.
+    service_name    str: a service.name unique to the test, so that searches in the shared
+                    Jaeger and the shared Prometheus endpoint see only the test's own data.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -102,3 +113,43 @@ def otel_collector(otel_tools: Tools, e2e_work_dir: Path, jaeger: JaegerService)
         yield service
     finally:
         service.stop()
+
+
+# Tail sampling keeps every trace, and decides after 1s instead of the production 10s.
+_KEEP_ALL = {"OTELCOL_TRACES_SAMPLING_PERCENTAGE": "100", "OTELCOL_TAIL_SAMPLING_DECISION_WAIT": "1s"}
+
+
+def _start_collector(tools: Tools, work_dir: Path, jaeger: JaegerService) -> CollectorService:
+    work_dir.mkdir(parents=True, exist_ok=True)
+    service = start_collector(tools, work_dir, jaeger_otlp_endpoint=jaeger.otlp_grpc_endpoint, extra_env=_KEEP_ALL)
+    service.process.name = f"otelcol ({work_dir.name})"
+    _started.append(service.process)
+    return service
+
+
+@pytest.fixture(scope="session")
+def otel_collector_keep_all(otel_tools: Tools, e2e_work_dir: Path, jaeger: JaegerService) -> Iterator[CollectorService]:
+    """A second collector running collector-config.yaml into ``jaeger`` that keeps every trace."""
+    service = _start_collector(otel_tools, e2e_work_dir / "keep-all", jaeger)
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture
+def private_collector(otel_tools: Tools, tmp_path: Path, jaeger: JaegerService) -> Iterator[CollectorService]:
+    """A collector of this test's own (keeps every trace), free to be stopped and restarted."""
+    service = _start_collector(otel_tools, tmp_path / "private-collector", jaeger)
+    try:
+        yield service
+    finally:
+        service.stop()
+        _started.remove(service.process)
+
+
+@pytest.fixture
+def service_name(request: pytest.FixtureRequest) -> str:
+    """A service.name unique to this test, so the shared Jaeger and Prometheus hold only its data."""
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name.removeprefix("test_"))[:40].strip("-")
+    return f"e2e-{readable}-{uuid.uuid4().hex[:8]}"

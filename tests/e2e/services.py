@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -35,6 +37,16 @@ SHUTDOWN_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.1
 
 T = TypeVar("T")
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """``argv`` run so that Linux sends it SIGTERM when the test process dies, even by SIGKILL.
+
+    util-linux's setpriv sets the parent-death signal and execs the command, so a killed
+    test run (a CI timeout) leaves no service running. Elsewhere ``argv`` is unchanged.
+    """
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
 
 
 class ServiceError(RuntimeError):
@@ -131,7 +143,7 @@ class ManagedProcess:
         self._log_file.write(f"=== starting: {' '.join(self.argv)}\n".encode())
         self._log_file.flush()
         self._process = subprocess.Popen(
-            self.argv,
+            _with_parent_death_signal(self.argv),
             env={**os.environ, **self.env},
             stdin=subprocess.DEVNULL,
             stdout=self._log_file,
@@ -208,6 +220,16 @@ class JaegerService:
             raise ServiceError(f"Jaeger /api/traces answered {status}: {body[:500]!r}")
         data = json.loads(body).get("data") or []
         return list(data)
+
+    def get_trace(self, trace_id: str) -> dict[str, object] | None:
+        """Return ``/api/traces/{trace_id}``'s trace, or None while Jaeger does not have it."""
+        status, body = http_get(f"{self.query_url}/api/traces/{trace_id}")
+        if status == 404:
+            return None
+        if status != 200:
+            raise ServiceError(f"Jaeger /api/traces/{trace_id} answered {status}: {body[:500]!r}")
+        data = json.loads(body).get("data") or []
+        return dict(data[0]) if data else None
 
 
 @dataclass

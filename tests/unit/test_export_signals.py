@@ -6,10 +6,15 @@ import logging
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+try:
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
+except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMemoryLogExporter
+    from opentelemetry.sdk._logs.export import InMemoryLogExporter as InMemoryLogRecordExporter
 
 from latency_budget import attributes as attr
 from latency_budget import load_budgets

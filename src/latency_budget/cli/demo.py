@@ -6,15 +6,23 @@ import argparse
 import os
 import sys
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget.demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
 from latency_budget.demo.otlp_json import OtlpJsonLinesExporter
+from latency_budget.demo.run import demo_resource
+from latency_budget.export import BudgetMetrics, ViolationLogEmitter
+from latency_budget.processor import ReportCallback
 from latency_budget.report import TraceReport
 from latency_budget.stats import summarize
 
@@ -22,6 +30,9 @@ from ._common import CliError, example_epilog, raw_help
 from ._progress import ProgressBar
 from ._recorded import positive_int
 from ._summary import closing_lines, summary_table
+
+if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
+    from opentelemetry.sdk._logs.export import LogRecordExporter
 
 __all__ = ["register"]
 
@@ -33,11 +44,15 @@ calls, and tool calls run in parallel or one after another) become real OpenTele
 spans with GenAI semantic-convention attributes, which go through
 LatencyBudgetProcessor with budgets.example.yaml. Latencies come from seeded
 distributions with slow tails, so a seed replays a run exactly. Nothing sleeps, and
-by default nothing leaves the process: add --otlp-endpoint to send the spans to a
-Collector, or --save-traces to try `check` and `report` on them."""
+by default nothing leaves the process: add --otlp-endpoint to send the spans (and one
+log record per violation, and the budget metrics) to a Collector, or --save-traces to
+try `check` and `report` on them."""
 
 _PROTOCOLS = ("grpc", "http/protobuf")
 _SPANS_PER_REQUEST = 30  # an upper bound, to size the export queue so that no span is dropped
+_VIOLATIONS_PER_REQUEST = 8  # likewise for the violation log records
+_METRIC_INTERVAL_MS = 5_000
+_HTTP_PATHS = {"traces": "/v1/traces", "logs": "/v1/logs", "metrics": "/v1/metrics"}
 
 
 def register(commands: Any) -> None:
@@ -84,8 +99,9 @@ def register(commands: Any) -> None:
     export.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="send the spans to an OTLP receiver such as a Collector, e.g. http://localhost:4317; "
-        "without it, OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is used when set",
+        help="send the spans, a log record per violation and the budget metrics to an OTLP receiver such as "
+        "a Collector, e.g. http://localhost:4317; without it, OTEL_EXPORTER_OTLP_ENDPOINT is used when set "
+        "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT alone sends the spans only)",
     )
     export.add_argument(
         "--otlp-protocol",
@@ -133,9 +149,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the simulation, print sample requests and the summary."""
     config, budgets_label = _budgets(args.budgets)
     targets: list[tuple[str, _Counting]] = []
-    endpoint = _otlp_target(args)
-    if endpoint is not None:
-        targets.append(endpoint)
+    otlp = _otlp_target(args)
+    if otlp is not None:
+        targets.append((otlp.label, otlp.spans))
     if args.save_traces:
         try:
             targets.append((args.save_traces, _Counting(OtlpJsonLinesExporter(args.save_traces))))
@@ -148,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         for _, exporter in targets:
             multi.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue, max_export_batch_size=512))
         downstream = multi
+    sinks, close_signals = _signal_sinks(otlp, args.requests) if otlp is not None else ([], None)
 
     progress = ProgressBar(args.requests, "simulating")
     try:
@@ -158,9 +175,13 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             downstream=downstream,
             on_progress=progress.update,
+            on_report=sinks,
         )
     finally:
         progress.close()
+        if close_signals is not None:
+            # When no span got through, the receiver is down: don't wait for logs and metrics too.
+            close_signals(otlp is not None and otlp.spans.exported > 0)
     print(_render(result, args, budgets_label))
     sys.stdout.flush()
 
@@ -186,7 +207,18 @@ def _budgets(path: str | None) -> tuple[BudgetConfig, str]:
         raise CliError(str(exc)) from None
 
 
-def _otlp_target(args: argparse.Namespace) -> tuple[str, _Counting] | None:
+@dataclass(frozen=True)
+class _OtlpTarget:
+    """Where the demo's telemetry goes over OTLP."""
+
+    label: str  # for people: the endpoint and protocol
+    spans: _Counting
+    protocol: str
+    endpoint: str | None  # the URL given, None when the exporters read the environment
+    signals: bool  # also send the violation log records and the budget metrics
+
+
+def _otlp_target(args: argparse.Namespace) -> _OtlpTarget | None:
     """The OTLP exporter: argument > OTEL_EXPORTER_OTLP_TRACES_* > OTEL_EXPORTER_OTLP_* > none."""
     env_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     endpoint = args.otlp_endpoint
@@ -218,11 +250,70 @@ def _otlp_target(args: argparse.Namespace) -> tuple[str, _Counting] | None:
             OTLPSpanExporter as HttpExporter,
         )
 
-        if endpoint is not None and urllib.parse.urlsplit(endpoint).path in ("", "/"):
-            endpoint = endpoint.rstrip("/") + "/v1/traces"  # the signal path, as for OTEL_EXPORTER_OTLP_ENDPOINT
-            shown = endpoint
-        exporter = HttpExporter(endpoint=endpoint) if endpoint else HttpExporter()
-    return f"{shown} (OTLP {protocol})", _Counting(exporter)
+        if endpoint is not None:
+            shown = _http_signal_url(endpoint, "traces")
+        exporter = HttpExporter(endpoint=shown) if endpoint else HttpExporter()
+    # Logs and metrics follow the generic endpoint only: a traces-only variable means traces only.
+    signals = endpoint is not None or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return _OtlpTarget(f"{shown} (OTLP {protocol})", _Counting(exporter), protocol, endpoint, signals)
+
+
+def _http_signal_url(endpoint: str, signal: str) -> str:
+    """The OTLP/HTTP URL of ``signal`` for ``--otlp-endpoint``.
+
+    A base URL gets the signal's path (as for OTEL_EXPORTER_OTLP_ENDPOINT) and another
+    signal's path is swapped for it; any other traces URL is used as given.
+    """
+    base = endpoint.rstrip("/")
+    for path in _HTTP_PATHS.values():
+        if base.endswith(path):
+            return base[: -len(path)] + _HTTP_PATHS[signal]
+    if signal == "traces" and urllib.parse.urlsplit(endpoint).path not in ("", "/"):
+        return endpoint
+    return base + _HTTP_PATHS[signal]
+
+
+def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallback], Callable[[bool], None] | None]:
+    """Report sinks that send violation log records and budget metrics where the spans go.
+
+    Returns the sinks and ``close(deliver)``: with ``deliver`` it flushes and stops their
+    providers (each export bounded by its exporter's timeout); without, it abandons what
+    is still queued, for a receiver known to be down.
+    """
+    if not target.signals:
+        return [], None
+    log_exporter, metric_exporter = _signal_exporters(target.protocol, target.endpoint)
+    resource = demo_resource()
+    logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
+    queue = max(2048, requests * _VIOLATIONS_PER_REQUEST)
+    logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter, max_queue_size=queue))
+    reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_METRIC_INTERVAL_MS)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+
+    def close(deliver: bool) -> None:
+        if deliver:
+            logger_provider.shutdown()
+            meter_provider.shutdown()
+
+    return [ViolationLogEmitter(logger_provider), BudgetMetrics(meter_provider)], close
+
+
+def _signal_exporters(protocol: str, endpoint: str | None) -> tuple[LogRecordExporter, MetricExporter]:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter  # noqa: PLC0415
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # noqa: PLC0415
+
+        if endpoint:
+            return OTLPLogExporter(endpoint=endpoint), OTLPMetricExporter(endpoint=endpoint)
+        return OTLPLogExporter(), OTLPMetricExporter()
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs  # noqa: PLC0415
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics  # noqa: PLC0415
+
+    if endpoint:
+        return HttpLogs(endpoint=_http_signal_url(endpoint, "logs")), HttpMetrics(
+            endpoint=_http_signal_url(endpoint, "metrics")
+        )
+    return HttpLogs(), HttpMetrics()
 
 
 def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> str:

@@ -13,7 +13,7 @@ import heapq
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,7 +30,7 @@ from latency_budget._version import __version__
 from latency_budget.config import BudgetConfig
 from latency_budget.demo.latency import Latency
 from latency_budget.demo.scenario import PlannedSpan, RequestInfo, plan_request
-from latency_budget.processor import LatencyBudgetProcessor
+from latency_budget.processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget.report import TraceReport
 
 __all__ = ["DEMO_SERVICE_NAME", "DemoRun", "demo_resource", "run_demo", "schedule"]
@@ -128,6 +128,7 @@ def run_demo(
     resource: Resource | None = None,
     end_time_ns: int | None = None,
     on_progress: ProgressCallback | None = None,
+    on_report: Sequence[ReportCallback] = (),
 ) -> DemoRun:
     """Simulate ``requests`` support-assistant requests and judge them with ``config``.
 
@@ -135,7 +136,9 @@ def run_demo(
     exported when it is ``None``), which is flushed and shut down before this returns.
     The run is laid out so that it ends at ``end_time_ns`` (default: now), which keeps
     its traces inside a tracing backend's default search window.
-    ``on_progress(done, total)`` is called from the emitting threads.
+    ``on_progress(done, total)`` is called from the emitting threads. ``on_report`` adds
+    sinks for the processor's reports, such as :class:`~latency_budget.export.ViolationLogEmitter`
+    and :class:`~latency_budget.export.BudgetMetrics` (the caller flushes their providers).
     """
     if requests < 1 or concurrency < 1:
         raise ValueError("requests and concurrency must be at least 1")
@@ -156,7 +159,8 @@ def run_demo(
 
     ids = _SeededIds()
     provider = TracerProvider(resource=resource or demo_resource(), sampler=ALWAYS_ON, id_generator=ids)
-    provider.add_span_processor(LatencyBudgetProcessor(config, downstream or SpanProcessor(), on_report=keep))
+    processor = LatencyBudgetProcessor(config, downstream or SpanProcessor(), on_report=[keep, *on_report])
+    provider.add_span_processor(processor)
     tracers: dict[str, trace.Tracer] = {}
 
     def tracer(scope: str) -> trace.Tracer:
