@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["FAST_PATH", "SpanFields", "annotated_copy", "attributes_of", "fields_of"]
+__all__ = ["FAST_PATH", "SpanFields", "annotated_copy", "attributes_of", "events_of", "fields_of"]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -34,6 +34,10 @@ _NO_CONTEXT: SpanFields = (0, 0, 0, None, False, "", SpanKind.INTERNAL, "", 0, 0
 
 def _public_attributes(span: ReadableSpan) -> Mapping[str, Any]:
     return span.attributes or _EMPTY
+
+
+def _public_events(span: ReadableSpan) -> Sequence[Event]:
+    return span.events
 
 
 def _public_fields(span: ReadableSpan) -> SpanFields:
@@ -102,6 +106,16 @@ def _fast_attributes(span: ReadableSpan) -> Mapping[str, Any]:
     if inner.__class__ is dict:
         return inner
     return span.attributes or _EMPTY
+
+
+def _fast_events(span: ReadableSpan) -> Sequence[Event]:
+    # An ended span's events no longer change: read the BoundedList's deque without the
+    # lock-and-copy that ``span.events`` does (the processor only reads them after end).
+    events = span._events
+    inner = getattr(events, "_dq", None)
+    if inner is not None:
+        return inner  # type: ignore[no-any-return]
+    return tuple(events)
 
 
 def _fast_fields(span: ReadableSpan) -> SpanFields:
@@ -192,6 +206,8 @@ def _probe() -> bool:
         snapshot = child._readable_span()
         if _fast_fields(snapshot) != _public_fields(snapshot):
             return False
+        if list(_fast_events(snapshot)) != list(_public_events(snapshot)):
+            return False
         extra = {"x": 1.5}
         added = [Event("added", {"n": 1}, timestamp=3_000)]
         fast, public = _fast_copy(snapshot, extra, added), _public_copy(snapshot, extra, added)
@@ -206,5 +222,7 @@ attributes_of = _fast_attributes if FAST_PATH else _public_attributes
 attributes_of.__doc__ = "The span's attributes as a read-only mapping (never None)."
 fields_of = _fast_fields if FAST_PATH else _public_fields
 fields_of.__doc__ = "The span's ids, flags, parent, name, kind, scope name and times (see SpanFields)."
+events_of = _fast_events if FAST_PATH else _public_events
+events_of.__doc__ = "The events of an ended span, in order (read-only)."
 annotated_copy = _fast_copy if FAST_PATH else _public_copy
 annotated_copy.__doc__ = "A copy of an ended span with ``attributes`` merged over its own and ``events`` appended."

@@ -197,11 +197,31 @@ class StageClassifier:
         return entry
 
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
-        """Index of the matching stage in config order, or -1 for no stage."""
-        entry = self.prepare(name, kind, scope)
+        """Index of the matching stage in config order, or -1 for no stage.
+
+        This runs at the start and end of every span, so the common cases of
+        :meth:`prepare` and :meth:`AttributeDecision.decide` are inlined here.
+        """
+        entry = self._cache.get((scope, name, id(kind)))
+        if entry is None:
+            entry = self.prepare(name, kind, scope)
         if entry.__class__ is int:
             return entry
-        return entry.decide(attributes)  # type: ignore[union-attr]
+        index = entry.index  # type: ignore[union-attr]
+        if index is None:
+            return entry.decide(attributes)  # type: ignore[union-attr]
+        best = -1
+        for key, table in index:
+            value = attributes.get(key, _MISSING)
+            if value is _MISSING:
+                continue
+            try:
+                stage = table.get((type(value), value), -1)
+            except TypeError:  # unhashable values never match
+                continue
+            if stage >= 0 and (best < 0 or stage < best):
+                best = stage
+        return best
 
     @property
     def depends_on_attributes(self) -> bool:

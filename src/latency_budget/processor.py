@@ -17,17 +17,16 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
-from opentelemetry.trace import SpanKind
 
 from latency_budget import _guard
 from latency_budget import attributes as attr
-from latency_budget._sdk_internals import annotated_copy, attributes_of, fields_of
+from latency_budget._sdk_internals import annotated_copy, attributes_of, events_of, fields_of
 from latency_budget._trace_state import TraceState
 from latency_budget.annotate import hint_attributes, root_attributes, violation_attributes
 from latency_budget.config import BudgetConfig
@@ -218,7 +217,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes = attributes_of(span)
         if parent_id is None or parent_remote:
             config = self._config
-            stage = _classify(config, name, kind, scope, attributes)
+            stage = config.classifier.classify(name, kind, scope, attributes)
             budgets = config.budgets_for_root(name, kind, scope, attributes)
             state = TraceState(config, budgets, span_id, start, trace_id)
             with self._lock:
@@ -246,7 +245,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             # Unlocked: benign races on the LRU and idle-TTL hints.
             state.referenced = True
             state.last_seen = max(state.last_seen, start)
-            stage = _classify(state.config, name, kind, scope, attributes)
+            stage = state.config.classifier.classify(name, kind, scope, attributes)
             budgets = state.budgets
         if stage >= 0:
             budget = budgets.stages[stage]
@@ -328,11 +327,11 @@ class LatencyBudgetProcessor(SpanProcessor):
         named = attributes.get(attr.STAGE)
         stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
         if stage < 0:
-            stage = _classify(config, name, kind, scope, attributes)
+            stage = config.classifier.classify(name, kind, scope, attributes)
             late_match = stage >= 0
         ttft = None
         if stage >= 0:
-            ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: span.events)
+            ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: events_of(span))
         is_root = span_id == state.root_id
         with self._lock:
             if state.finished:
@@ -382,11 +381,3 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._by_trace = {}
         self._owners = {}
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
-
-
-def _classify(config: BudgetConfig, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
-    """The stage index of a span in ``config`` (-1 for none)."""
-    decision = config.classifier.prepare(name, kind, scope)
-    if decision.__class__ is int:
-        return decision
-    return decision.decide(attributes)  # type: ignore[union-attr]
