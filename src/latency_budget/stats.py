@@ -11,9 +11,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from latency_budget.config.model import BudgetConfig, Severity
-from latency_budget.report import TOTAL, TraceReport
+from latency_budget.report import TOTAL, TraceReport, format_ms
 
-__all__ = ["ProfileSummary", "RunSummary", "StageSummary", "percentile", "summarize"]
+__all__ = [
+    "HintSummary",
+    "Optimisation",
+    "ProfileSummary",
+    "RunSummary",
+    "StageSummary",
+    "optimisation",
+    "percentile",
+    "summarize",
+]
 
 
 def percentile(values: Sequence[float], q: float, *, presorted: bool = False) -> float:
@@ -211,3 +220,78 @@ def _profile_summary(total_severity: Severity, reports: list[TraceReport]) -> Pr
         stages=tuple(stages),
         total=total,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class HintSummary:
+    """One kind of hint for one stage, over many requests."""
+
+    kind: str
+    stage: str
+    requests: int  # requests that had the hint
+    of_requests: int  # all requests
+    savings_ms: tuple[float, ...]  # per request that had it (sum over its hints), sorted
+
+    @property
+    def share(self) -> float:
+        """The share of requests that had the hint (0 to 1)."""
+        return self.requests / self.of_requests if self.of_requests else 0.0
+
+    def sentence(self) -> str:
+        """``tool_calls ran sequentially in 38% of requests; parallel execution would save p50 120ms``."""
+        p50 = format_ms(percentile(self.savings_ms, 50, presorted=True))
+        if self.kind == "sequential_calls":
+            return (
+                f"{self.stage} ran sequentially in {100 * self.share:.0f}% of requests; "
+                f"parallel execution would save p50 {p50}"
+            )
+        return f"{self.stage} exceeded max_calls in {100 * self.share:.0f}% of requests; the extra calls took p50 {p50}"
+
+
+@dataclass(frozen=True, slots=True)
+class Optimisation:
+    """Where the time went and where it could be won, over many requests."""
+
+    critical_share: tuple[tuple[str, float], ...]  # stage (or "unattributed") -> share of end-to-end time
+    hints: tuple[HintSummary, ...]  # largest total savings first
+
+    @property
+    def largest_hint(self) -> HintSummary | None:
+        """The hint with the largest total savings, if any request had one."""
+        return self.hints[0] if self.hints else None
+
+
+def optimisation(reports: Sequence[TraceReport]) -> Optimisation:
+    """Critical-path shares per stage and hints, aggregated over ``reports``.
+
+    A stage's share is its critical-path time summed over requests, divided by the
+    requests' summed end-to-end time; with ``unattributed`` the shares add up to 1.
+    """
+    total = sum(r.total_actual_ms for r in reports)
+    critical: dict[str, float] = {}
+    unattributed = 0.0
+    savings: dict[tuple[str, str], list[float]] = {}
+    for report in reports:
+        for stage in report.stages:
+            if stage.critical_ms:
+                critical[stage.stage] = critical.get(stage.stage, 0.0) + stage.critical_ms
+        unattributed += report.unattributed_ms or 0.0
+        per_request: dict[tuple[str, str], float] = {}
+        for hint in report.hints:
+            key: tuple[str, str] = (hint.kind, hint.stage)
+            per_request[key] = per_request.get(key, 0.0) + hint.potential_savings_ms
+        for pair, value in per_request.items():
+            savings.setdefault(pair, []).append(value)
+    shares: list[tuple[str, float]] = []
+    if total > 0:
+        shares = sorted(((name, ms / total) for name, ms in critical.items()), key=lambda item: -item[1])
+        if unattributed > 0:
+            shares.append(("unattributed", unattributed / total))
+    hints = sorted(
+        (
+            HintSummary(kind, stage, len(values), len(reports), tuple(sorted(values)))
+            for (kind, stage), values in savings.items()
+        ),
+        key=lambda h: -sum(h.savings_ms),
+    )
+    return Optimisation(tuple(shares), tuple(hints))

@@ -137,3 +137,20 @@ def test_suggest_rejects_a_bad_headroom(headroom: str) -> None:
     assert result.returncode == 2
     assert "--headroom" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["report", "check"])
+def test_report_and_check_say_where_to_optimise(command: str) -> None:
+    """`report` and `check` print the critical-path share per stage and the largest hint, also in JSON."""
+    table = run_cli(command, OTLP, "--budgets", BUDGETS)
+    assert table.returncode in (0, 1), table.stderr
+    share = re.search(r"^Critical path \(share of end-to-end time\): (.+)\.$", table.stdout, re.M)
+    assert share is not None, table.stdout
+    percents = [int(part.rsplit(" ", 1)[1].rstrip("%")) for part in share.group(1).split(", ")]
+    assert 97 <= sum(percents) <= 103  # rounded shares of a partition of the end-to-end time
+    assert re.search(
+        r"^Where to win: \w+ (ran sequentially|exceeded max_calls) in \d+% of requests", table.stdout, re.M
+    )
+    data = json.loads(run_cli(command, OTLP, "--budgets", BUDGETS, "--format", "json").stdout)
+    assert math.isclose(sum(data["critical_path_share"].values()), 1.0, rel_tol=1e-9)
+    assert data["hints"], "the demo's recorded traces contain sequential tool calls"

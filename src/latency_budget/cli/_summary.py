@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from latency_budget.report import format_ms
-from latency_budget.stats import ProfileSummary, RunSummary, StageSummary, percentile
+from latency_budget.stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
 
 from ._table import markdown_table, text_table
 
@@ -23,6 +23,8 @@ __all__ = [
     "end_to_end_line",
     "format_rate",
     "most_often_line",
+    "optimisation_json",
+    "optimisation_lines",
     "plural",
     "summary_json",
     "summary_markdown",
@@ -228,9 +230,39 @@ def most_often_line(summary: RunSummary) -> str:
     return f"Most often over budget: {stage}, in {count} of the {plural(ran, 'request')} where it ran{share}."
 
 
-def closing_lines(summary: RunSummary) -> list[str]:
-    """The end-to-end figures and the stage most often over budget, as the lines after a table."""
-    return [line for line in (end_to_end_line(summary), most_often_line(summary)) if line]
+def optimisation_lines(found: Optimisation) -> list[str]:
+    """Critical-path shares and the largest hints, as lines for people."""
+    lines: list[str] = []
+    if found.critical_share:
+        shares = ", ".join(f"{name} {100 * share:.0f}%" for name, share in found.critical_share)
+        lines.append(f"Critical path (share of end-to-end time): {shares}.")
+    for hint in found.hints[:3]:
+        lines.append(f"Where to win: {hint.sentence()}.")
+    return lines
+
+
+def closing_lines(summary: RunSummary, found: Optimisation | None = None) -> list[str]:
+    """The end-to-end figures, the stage most often over budget and where to optimise."""
+    lines = [line for line in (end_to_end_line(summary), most_often_line(summary)) if line]
+    return lines + (optimisation_lines(found) if found is not None else [])
+
+
+def optimisation_json(found: Optimisation) -> dict[str, Any]:
+    """Critical-path shares and hints as plain JSON-ready data."""
+    return {
+        "critical_path_share": dict(found.critical_share),
+        "hints": [
+            {
+                "kind": hint.kind,
+                "stage": hint.stage,
+                "requests": hint.requests,
+                "share": hint.share,
+                "savings_p50_ms": percentile(hint.savings_ms, 50, presorted=True),
+                "savings_total_ms": sum(hint.savings_ms),
+            }
+            for hint in found.hints
+        ],
+    }
 
 
 def summary_json(summary: RunSummary) -> dict[str, Any]:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from latency_budget.report import TOTAL, format_ms
-from latency_budget.stats import StageSummary
+from latency_budget.stats import StageSummary, optimisation
 
 from ._common import example_epilog, raw_help
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded, percentile_arg
+from ._summary import optimisation_json, optimisation_lines
 from ._table import markdown_table, text_table
 
 __all__ = ["Check", "checks_for", "register"]
@@ -221,6 +222,9 @@ def _table(
     ]
     if unseen:
         lines.append(f"No spans for: {', '.join(unseen)} (nothing to check).")
+    where = optimisation_lines(optimisation(recorded.reports))
+    if where:
+        lines += ["", *where]
     lines += ["", _verdict(checks, failed, warned, q)]
     return "\n".join(lines)
 
@@ -258,6 +262,9 @@ def _markdown(
     ]
     if unseen:
         parts += ["", f"No spans for: {', '.join(unseen)} (nothing to check)."]
+    where = optimisation_lines(optimisation(recorded.reports))
+    if where:
+        parts += ["", *(f"{line}  " for line in where)]
     parts += ["", _verdict(checks, failed, warned, q)]
     return "\n".join(parts)
 
@@ -281,4 +288,5 @@ def _json(
         "violated_requests": recorded.summary.violated,
         "checks": [c.as_json() for c in checks],
         "not_seen": unseen,
+        **optimisation_json(optimisation(recorded.reports)),
     }

@@ -24,7 +24,7 @@ from latency_budget.demo.run import demo_resource
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
 from latency_budget.processor import ReportCallback
 from latency_budget.report import TraceReport
-from latency_budget.stats import summarize
+from latency_budget.stats import optimisation, summarize
 
 from ._common import CliError, example_epilog, raw_help
 from ._progress import ProgressBar
@@ -325,10 +325,11 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     for index in _sample(judged, args.show):
         request, report = judged[index]
         lines += ["", _request_heading(request.index, len(result.requests), request.describe(), report), report.table()]
-    summary = summarize(result.config, [report for _, report in judged])
+    reports = [report for _, report in judged]
+    summary = summarize(result.config, reports)
     over = f"{summary.violated} over an error-level budget"
     lines += ["", f"Summary of {summary.requests} requests ({over}):", summary_table(summary), ""]
-    lines += closing_lines(summary)
+    lines += closing_lines(summary, optimisation(reports))
     missing = len(result.requests) - len(judged)
     if missing:
         lines.append(f"Warning: the processor made no report for {missing} requests.")

@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from latency_budget.stats import optimisation
+
 from ._common import CliError, example_epilog, raw_help
 from ._html import render_html
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded
-from ._summary import closing_lines, summary_json, summary_markdown, summary_table
+from ._summary import closing_lines, optimisation_json, summary_json, summary_markdown, summary_table
 
 __all__ = ["register"]
 
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 "budgets": recorded.budgets_label,
                 "sources": list(recorded.traces.sources),
                 **summary_json(recorded.summary),
+                **optimisation_json(optimisation(recorded.reports)),
             },
             indent=2,
         )
@@ -84,7 +87,7 @@ def _table(recorded: Recorded) -> str:
             "",
             summary_table(summary),
             "",
-            *closing_lines(summary),
+            *closing_lines(summary, optimisation(recorded.reports)),
         ]
     )
 
@@ -99,6 +102,6 @@ def _markdown(recorded: Recorded) -> str:
             "",
             summary_markdown(summary),
             "",
-            *(line.replace("\n", "  \n") + "  " for line in closing_lines(summary)),
+            *(line.replace("\n", "  \n") + "  " for line in closing_lines(summary, optimisation(recorded.reports))),
         ]
     )
