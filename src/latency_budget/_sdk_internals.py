@@ -60,13 +60,11 @@ def _public_fields(span: ReadableSpan) -> SpanFields:
     )
 
 
-class _AnnotatedSpan(ReadableSpan):
+class _CopiedSpan(ReadableSpan):
     """A ``ReadableSpan`` that reports the dropped counts of the span it copies."""
 
-    def __init__(self, *, dropped_attributes: int, dropped_events: int, **fields: Any) -> None:
-        super().__init__(**fields)
-        self._copied_dropped_attributes = dropped_attributes
-        self._copied_dropped_events = dropped_events
+    _copied_dropped_attributes = 0
+    _copied_dropped_events = 0
 
     @property
     def dropped_attributes(self) -> int:
@@ -75,6 +73,15 @@ class _AnnotatedSpan(ReadableSpan):
     @property
     def dropped_events(self) -> int:
         return self._copied_dropped_events
+
+
+class _AnnotatedSpan(_CopiedSpan):
+    """A copy built through the public constructor."""
+
+    def __init__(self, *, dropped_attributes: int, dropped_events: int, **fields: Any) -> None:
+        super().__init__(**fields)
+        self._copied_dropped_attributes = dropped_attributes
+        self._copied_dropped_events = dropped_events
 
 
 def _public_copy(
@@ -138,19 +145,8 @@ def _fast_fields(span: ReadableSpan) -> SpanFields:
     )
 
 
-class _FastAnnotatedSpan(ReadableSpan):
-    """A copy made by copying the snapshot's fields; keeps the original's dropped counts."""
-
-    _copied_dropped_attributes = 0
-    _copied_dropped_events = 0
-
-    @property
-    def dropped_attributes(self) -> int:
-        return self._copied_dropped_attributes
-
-    @property
-    def dropped_events(self) -> int:
-        return self._copied_dropped_events
+class _FastAnnotatedSpan(_CopiedSpan):
+    """A copy made by copying the snapshot's fields (see _fast_copy)."""
 
 
 def _fast_copy(
