@@ -76,7 +76,13 @@ def critical_path_ns(
                         per_stage[owner] += own
                     else:
                         unattributed += own
-                stack.append((child_id, child_start, child_end, child_stage if child_stage >= 0 else owner))
+                child_owner = child_stage if child_stage >= 0 else owner
+                if child_id in children:
+                    stack.append((child_id, child_start, child_end, child_owner))
+                elif child_owner >= 0:  # a leaf: all of its window is its own time
+                    per_stage[child_owner] += child_end - child_start
+                else:
+                    unattributed += child_end - child_start
                 cursor = child_start
         if cursor > start:
             if owner >= 0:
