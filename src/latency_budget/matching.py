@@ -127,20 +127,8 @@ class AttributeDecision:
         self.gate = tuple(dict.fromkeys(rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules))
 
     def decide(self, attributes: Mapping[str, object]) -> int:
-        index = self.index
-        if index is not None:
-            best = -1
-            for key, table in index:
-                value = attributes.get(key, _MISSING)
-                if value is _MISSING:
-                    continue
-                try:
-                    stage = table.get((type(value), value), -1)
-                except TypeError:  # unhashable values never match
-                    continue
-                if stage >= 0 and (best < 0 or stage < best):
-                    best = stage
-            return best
+        """The rules tried in order. (The ``index`` case is evaluated inline by
+        :meth:`StageClassifier.classify`, the only caller, on the hot path.)"""
         for key in self.gate:
             if key in attributes:
                 break
@@ -183,11 +171,7 @@ class StageClassifier:
         return AttributeDecision(tuple(found)) if found else -1
 
     def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
-        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left.
-
-        The processor keeps the returned decision for a span that did not match at start,
-        and asks it again, with the final attributes, when the span ends.
-        """
+        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left."""
         key = (scope, name, id(kind))
         entry = self._cache.get(key)
         if entry is None:
@@ -199,8 +183,8 @@ class StageClassifier:
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
         """Index of the matching stage in config order, or -1 for no stage.
 
-        This runs at the start and end of every span, so the common cases of
-        :meth:`prepare` and :meth:`AttributeDecision.decide` are inlined here.
+        This runs at the start and end of every span, so the cache lookup and the
+        attribute-index probe are done here rather than in helper calls.
         """
         entry = self._cache.get((scope, name, id(kind)))
         if entry is None:
@@ -223,10 +207,6 @@ class StageClassifier:
                 best = stage
         return best
 
-    @property
-    def depends_on_attributes(self) -> bool:
-        """Whether any rule looks at attributes (so a span may match only at its end)."""
-        return any(rule.needs_attributes for _, rule in self._rules)
 
 
 class _Ordered(AttributeDecision):
