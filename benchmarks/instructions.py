@@ -1,0 +1,157 @@
+"""Per-trace instruction counts under valgrind's callgrind: deterministic overhead ratios.
+
+Run:  python benchmarks/instructions.py             (every case; about 15 minutes on 2 cores)
+      python benchmarks/instructions.py --case standard --case unmatched
+      python benchmarks/overhead.py --instructions   (the same)
+
+For each case and each provider (baseline, candidate), a fresh interpreter runs under
+``valgrind --tool=callgrind`` twice: once with 0 measured traces and once with k, after
+the same set-up and warm-up; the difference divided by k is the per-trace instruction
+count, with start-up, imports and warm-up subtracted out. Trace and span ids are seeded
+and hash randomisation is off, so the figures repeat from run to run (the threaded case
+least exactly: valgrind serialises threads, and where it switches varies a little).
+
+The interpreter must be the real one, not a pyenv shim: pass --python or set
+LATENCY_BUDGET_BENCH_PYTHON when ``sys.executable`` is a wrapper.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from workloads import CASES, WIDE_CHILDREN, Case, provider, seed_ids, wide_case
+
+HERE = Path(__file__).resolve().parent
+
+# Measured traces per case (k), and the warm-up before them; enough that per-trace noise
+# (the exporter's batches, the GC) averages out, few enough that valgrind finishes.
+MEASURED = {"wide": 2, "wide-full": 2, "asyncio": 1000, "unmatched": 100}
+DEFAULT_MEASURED = 200
+SCALING = (1_000, WIDE_CHILDREN)  # widths for --scaling: per-span cost must not grow with them
+
+_COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+
+def _case(key: str) -> Case:
+    if key in CASES:
+        return CASES[key]
+    base, _, width = key.partition("@")  # wide@1000, wide-full@1000
+    return wide_case(int(width), full=base == "wide-full")
+
+
+def _measured(key: str) -> int:
+    base, _, width = key.partition("@")
+    if width:
+        return max(2, 20_000 // int(width))
+    return MEASURED.get(base, DEFAULT_MEASURED)
+
+
+def child(key: str, variant: str, units: int) -> None:
+    """Run inside valgrind: set up, warm up, run ``units`` measured units, shut down."""
+    case = _case(key)
+    seed_ids()
+    tracer_provider, _ = provider(case, candidate=variant == "candidate")
+    tracer = tracer_provider.get_tracer("bench", "1.0")
+    case.run(tracer, max(1, min(50, _measured(key) // 4)))
+    if units:
+        case.run(tracer, units)
+    tracer_provider.shutdown()
+
+
+@dataclass
+class Count:
+    """Per-trace instructions of one case for both providers."""
+
+    key: str
+    units: int
+    spans_per_unit: int
+    baseline: float
+    candidate: float
+
+    @property
+    def ratio(self) -> float:
+        return self.candidate / self.baseline
+
+    def line(self) -> str:
+        added = (self.candidate - self.baseline) / self.spans_per_unit
+        return (
+            f"{self.key:<17} ratio {self.ratio:.3f}  baseline {self.baseline:>13,.0f}  "
+            f"candidate {self.candidate:>13,.0f} instr/trace  ({added:+,.0f} instr/span, k={self.units})"
+        )
+
+
+def _instructions(python: str, key: str, variant: str, units: int) -> int:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        python,
+        str(HERE / "instructions.py"),
+        "--child",
+        key,
+        variant,
+        str(units),
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    found = _COLLECTED.findall(done.stderr)
+    if done.returncode != 0 or not found:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return int(found[-1])
+
+
+def count(python: str, keys: Sequence[str], jobs: int) -> Iterator[Count]:
+    """Instruction counts for ``keys`` in order, running ``jobs`` valgrind processes at once."""
+    with ThreadPoolExecutor(jobs) as pool:
+        pending = {
+            (key, variant, units): pool.submit(_instructions, python, key, variant, units)
+            for key in keys
+            for variant in ("baseline", "candidate")
+            for units in (0, _measured(key))
+        }
+        for key in keys:
+            k = _measured(key)
+            per_unit = [
+                (pending[(key, v, k)].result() - pending[(key, v, 0)].result()) / k for v in ("baseline", "candidate")
+            ]
+            yield Count(key, k, _case(key).spans_per_unit, per_unit[0], per_unit[1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", action="append", help="cases to count (default: all); wide@N for N children")
+    parser.add_argument("--scaling", action="store_true", help=f"also the wide cases at {SCALING[0]:,} children")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="valgrind processes at once")
+    parser.add_argument("--python", default=os.environ.get("LATENCY_BUDGET_BENCH_PYTHON", sys.executable))
+    parser.add_argument("--child", nargs=3, metavar=("CASE", "VARIANT", "UNITS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        key, variant, units = args.child
+        child(key, variant, int(units))
+        return 0
+    if shutil.which("valgrind") is None:
+        print("instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
+        return 2
+    python = os.path.realpath(args.python)
+    keys = list(args.case or CASES)
+    if args.scaling:
+        keys += [f"wide@{SCALING[0]}", f"wide-full@{SCALING[0]}"]
+    for key in keys:
+        _case(key)  # unknown names fail here, before any valgrind run
+    print(f"callgrind instruction counts per trace, {python}; k measured traces minus 0")
+    for result in count(python, keys, args.jobs):
+        print(result.line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
