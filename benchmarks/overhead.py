@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from opentelemetry import trace
 
@@ -88,6 +89,51 @@ def measure(case: Case, rounds: int, traces: int) -> Result:
         added.append((cand - base) / case.spans_per_unit * 1e6)
     pair.shutdown()
     return Result(case.key, case.title, units, ratios, added)
+
+
+class CountingLock:
+    """A lock that counts acquisitions and how many of them had to wait (a diagnostic, not for timing)."""
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self.acquisitions = 0
+        self.contended = 0
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._lock.acquire(False):
+            self.acquisitions += 1  # under the lock: no race
+            return True
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self.acquisitions += 1
+        self.contended += 1
+        return True
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_contention(case: Case, traces: int) -> str:
+    """How often the processor's lock had to wait while ``case`` ran: a diagnostic for the threaded cases.
+
+    Reads the processor's private ``_lock`` (a benchmark may; a test may not); says so when it has none.
+    """
+    tracer_provider, processor = provider(case, candidate=True)
+    lock = getattr(processor, "_lock", None)
+    if lock is None or not hasattr(lock, "acquire"):
+        return f"{case.key}: lock contention n/a (the processor has no single _lock)"
+    counting = CountingLock(lock)
+    processor._lock = counting  # type: ignore[union-attr]
+    case.run(tracer_provider.get_tracer("bench"), case.units(traces))
+    tracer_provider.shutdown()
+    share = counting.contended / counting.acquisitions if counting.acquisitions else 0.0
+    return f"{case.key}: lock waited in {counting.contended:,} of {counting.acquisitions:,} acquisitions ({share:.3%})"
 
 
 def root_end_scaling(widths: Sequence[int], repeats: int) -> list[str]:
@@ -197,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{key}: median ratio {result.median:.3f} is above {args.fail_above}", file=sys.stderr)
             failed = True
     extra = targets(results)
+    extra += [lock_contention(CASES[key], args.traces) for key in keys if key.startswith("threads-")]
     if not args.quick and {"wide", "wide-full"} <= set(keys):
         extra += root_end_scaling((1_000, 10_000, 20_000), repeats=5)
     for line in extra:

@@ -208,7 +208,6 @@ class StageClassifier:
         return best
 
 
-
 class _Ordered(AttributeDecision):
     """Candidates ending in an unconditional rule: tried in order, the last always holds."""
 
