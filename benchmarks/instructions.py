@@ -1,6 +1,6 @@
 """Per-trace instruction counts under valgrind's callgrind: deterministic overhead ratios.
 
-Run:  python benchmarks/instructions.py             (every case; about 15 minutes on 2 cores)
+Run:  python benchmarks/instructions.py             (every case; about 20 minutes on 2 cores)
       python benchmarks/instructions.py --case standard --case unmatched
       python benchmarks/overhead.py --instructions   (the same)
 
@@ -8,8 +8,9 @@ For each case and each provider (baseline, candidate), a fresh interpreter runs 
 ``valgrind --tool=callgrind`` twice: once with 0 measured traces and once with k, after
 the same set-up and warm-up; the difference divided by k is the per-trace instruction
 count, with start-up, imports and warm-up subtracted out. Trace and span ids are seeded
-and hash randomisation is off, so the figures repeat from run to run (the threaded case
-least exactly: valgrind serialises threads, and where it switches varies a little).
+and hash randomisation is off, so counts repeat within about 0.1% and ratios within
+0.003 (what varies: when the exporter's background thread wakes, which valgrind's slow
+clock shifts; valgrind also serialises threads, so lock contention does not show here).
 
 The interpreter must be the real one, not a pyenv shim: pass --python or set
 LATENCY_BUDGET_BENCH_PYTHON when ``sys.executable`` is a wrapper.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import gc
 import json
 import logging
@@ -46,6 +47,7 @@ from latency_budget import _guard
 from workloads import CASES, DB, HTTP_CLIENT, HTTP_SERVER, TOOL, CountingExporter, provider, seed_ids
 
 HERE = Path(__file__).resolve().parent
+STATS = ("active_traces", "evicted_lru", "evicted_idle", "reports", "truncated_traces")  # of processor.stats()
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
 # leaks: every LATE_EVERY-th trace has an HTTP call that ends LATE traces later (the two
@@ -145,8 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"max_active_traces": args.max_active_traces}
     if args.idle_ttl is not None:
         options["idle_ttl_s"] = args.idle_ttl
-    case = CASES["standard"]
-    case = type(case)(case.key, case.title, case.run, case.spans_per_unit, processor_options=options)
+    case = dataclasses.replace(CASES["standard"], processor_options=options)
     tracer_provider, processor = provider(case, candidate=args.variant == "candidate", downstream=downstream)
     tracer = tracer_provider.get_tracer("load", "1.0")
     samples: list[dict[str, float]] = []
@@ -174,8 +175,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_mb": round(rss_mb(), 2),
         "peak_rss_mb": round(peak_rss_mb(), 2),
         "samples": samples,
-        "stats": {name: getattr(stats, name) for name in stats.__slots__} if stats is not None else None,
+        "stats": {name: getattr(stats, name, None) for name in STATS} if stats is not None else None,
         "logs": dict(logs.counts),
+        "log_messages": logs.messages,
         "options": options,
     }
 

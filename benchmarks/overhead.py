@@ -19,12 +19,12 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import resource
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from opentelemetry import trace
 
@@ -45,6 +45,9 @@ class Result:
     units: int
     ratios: list[float]
     added_us_per_span: list[float]
+    # Voluntary context switches per 1,000 spans (baseline, candidate), per round: a thread
+    # that blocks on a lock switches out, so lock convoys show here, not in instruction counts.
+    switches: list[tuple[float, float]]
 
     @property
     def median(self) -> float:
@@ -52,9 +55,12 @@ class Result:
 
     def line(self) -> str:
         added = statistics.median(self.added_us_per_span)
+        base = statistics.median(b for b, _ in self.switches)
+        cand = statistics.median(c for _, c in self.switches)
         return (
             f"{self.key:<17} ratio median {self.median:.3f} (min {min(self.ratios):.3f}, max {max(self.ratios):.3f})"
-            f"  {added:+.2f} us/span  [{len(self.ratios)} rounds x {self.units}]  {self.title}"
+            f"  {added:+.2f} us/span  switches/1k spans {base:.1f} -> {cand:.1f}"
+            f"  [{len(self.ratios)} rounds x {self.units}]  {self.title}"
         )
 
 
@@ -62,11 +68,15 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 _clock = time.process_time
 
 
-def _time_units(tracer: trace.Tracer, case: Case, units: int) -> float:
+def _time_units(tracer: trace.Tracer, case: Case, units: int) -> tuple[float, float]:
+    """Seconds per unit, and voluntary context switches per 1,000 spans."""
     gc.collect()
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     start = _clock()
     case.run(tracer, units)
-    return (_clock() - start) / units
+    seconds = (_clock() - start) / units
+    switches = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - switches
+    return seconds, switches * 1000 / (units * case.spans_per_unit)
 
 
 def measure(case: Case, rounds: int, traces: int) -> Result:
@@ -77,63 +87,19 @@ def measure(case: Case, rounds: int, traces: int) -> Result:
     warm = max(1, units // 4)
     _time_units(base_tracer, case, warm)
     _time_units(cand_tracer, case, warm)
-    ratios, added = [], []
+    ratios, added, switches = [], [], []
     for n in range(rounds):
         if n % 2 == 0:
-            base = _time_units(base_tracer, case, units)
-            cand = _time_units(cand_tracer, case, units)
+            base, base_switches = _time_units(base_tracer, case, units)
+            cand, cand_switches = _time_units(cand_tracer, case, units)
         else:
-            cand = _time_units(cand_tracer, case, units)
-            base = _time_units(base_tracer, case, units)
+            cand, cand_switches = _time_units(cand_tracer, case, units)
+            base, base_switches = _time_units(base_tracer, case, units)
         ratios.append(cand / base)
         added.append((cand - base) / case.spans_per_unit * 1e6)
+        switches.append((base_switches, cand_switches))
     pair.shutdown()
-    return Result(case.key, case.title, units, ratios, added)
-
-
-class CountingLock:
-    """A lock that counts acquisitions and how many of them had to wait (a diagnostic, not for timing)."""
-
-    def __init__(self, lock: Any) -> None:
-        self._lock = lock
-        self.acquisitions = 0
-        self.contended = 0
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if self._lock.acquire(False):
-            self.acquisitions += 1  # under the lock: no race
-            return True
-        if not self._lock.acquire(blocking, timeout):
-            return False
-        self.acquisitions += 1
-        self.contended += 1
-        return True
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def lock_contention(case: Case, traces: int) -> str:
-    """How often the processor's lock had to wait while ``case`` ran: a diagnostic for the threaded cases.
-
-    Reads the processor's private ``_lock`` (a benchmark may; a test may not); says so when it has none.
-    """
-    tracer_provider, processor = provider(case, candidate=True)
-    lock = getattr(processor, "_lock", None)
-    if lock is None or not hasattr(lock, "acquire"):
-        return f"{case.key}: lock contention n/a (the processor has no single _lock)"
-    counting = CountingLock(lock)
-    processor._lock = counting  # type: ignore[union-attr]
-    case.run(tracer_provider.get_tracer("bench"), case.units(traces))
-    tracer_provider.shutdown()
-    share = counting.contended / counting.acquisitions if counting.acquisitions else 0.0
-    return f"{case.key}: lock waited in {counting.contended:,} of {counting.acquisitions:,} acquisitions ({share:.3%})"
+    return Result(case.key, case.title, units, ratios, added, switches)
 
 
 def root_end_scaling(widths: Sequence[int], repeats: int) -> list[str]:
@@ -243,7 +209,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{key}: median ratio {result.median:.3f} is above {args.fail_above}", file=sys.stderr)
             failed = True
     extra = targets(results)
-    extra += [lock_contention(CASES[key], args.traces) for key in keys if key.startswith("threads-")]
     if not args.quick and {"wide", "wide-full"} <= set(keys):
         extra += root_end_scaling((1_000, 10_000, 20_000), repeats=5)
     for line in extra:

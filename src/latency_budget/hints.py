@@ -76,6 +76,7 @@ def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], paralleli
     found: list[Hint] = []
     siblings.sort(key=lambda s: (s[2], s[3], s[0]))
     run: list[RecordedSpan] = []
+    run_end = 0  # the latest end in the run: a span starting at or after it does not overlap
 
     def close() -> None:
         if len(run) >= 2:
@@ -86,14 +87,16 @@ def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], paralleli
 
     for span in siblings:
         stage = span[4]
-        if run and stage == run[0][4] and span[2] >= max(s[3] for s in run):
-            run.append(span)
-            continue
         if run and stage == run[0][4]:
-            # Overlaps the run: these calls already run concurrently; no hint for this group.
-            run = []
+            if span[2] >= run_end:
+                run.append(span)
+                run_end = max(run_end, span[3])
+            else:
+                # Overlaps the run: these calls already run concurrently; no hint for this group.
+                run = []
             continue
         close()
         run = [span] if stage in parallelizable else []
+        run_end = span[3]
     close()
     return found
