@@ -16,13 +16,26 @@ _MAX_REMEMBERED = 256
 _seen: set[object] = set()
 
 
+def _first_time(key: object) -> bool:
+    """Whether ``key`` is new. Once the memory is full, new keys are suppressed too (said once)."""
+    if key in _seen:
+        return False
+    if len(_seen) >= _MAX_REMEMBERED:
+        if _FULL not in _seen:
+            _seen.add(_FULL)
+            logger.warning("latency_budget: too many distinct messages; further new ones are suppressed")
+        return False
+    _seen.add(key)
+    return True
+
+
+_FULL = object()
+
+
 def log_once(key: object, level: int, message: str, *args: object) -> None:
     """Log ``message`` the first time ``key`` is seen; later repeats are dropped."""
-    if key in _seen:
-        return
-    if len(_seen) < _MAX_REMEMBERED:
-        _seen.add(key)
-    logger.log(level, message, *args)
+    if _first_time(key):
+        logger.log(level, message, *args)
 
 
 def log_internal_error(where: str, exc: BaseException) -> None:
@@ -33,9 +46,7 @@ def log_internal_error(where: str, exc: BaseException) -> None:
     frames = traceback.extract_tb(exc.__traceback__)
     origin = (frames[-1].filename, frames[-1].lineno) if frames else None
     key = (where, type(exc), origin)
-    if key not in _seen:
-        if len(_seen) < _MAX_REMEMBERED:
-            _seen.add(key)
+    if _first_time(key):
         logger.error("latency_budget: internal error in %s; the span was forwarded unannotated", where, exc_info=exc)
     if raise_internal_errors:
         raise exc
