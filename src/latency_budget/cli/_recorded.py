@@ -153,3 +153,15 @@ def percentile_arg(text: str) -> float:
     if not 0 < value < 100:
         raise argparse.ArgumentTypeError(f"expected a percentile between p0 and p100, got {text!r}")
     return value
+
+
+def add_percentile_argument(parser: argparse.ArgumentParser, *, purpose: str) -> None:
+    """``--percentile/-p P`` (p50, p95 or p99; default p95), described by ``purpose``."""
+    parser.add_argument(
+        "--percentile",
+        "-p",
+        type=percentile_arg,
+        default=95.0,
+        metavar="P",
+        help=f"{purpose}: p50, p95 or p99 (default: p95)",
+    )

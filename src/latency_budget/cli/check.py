@@ -12,7 +12,13 @@ from latency_budget.report import TOTAL, format_ms
 from latency_budget.stats import StageSummary, optimisation
 
 from ._common import example_epilog, raw_help
-from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded, percentile_arg
+from ._recorded import (
+    Recorded,
+    add_budgets_argument,
+    add_percentile_argument,
+    add_trace_arguments,
+    load_recorded,
+)
 from ._summary import optimisation_json, optimisation_lines
 from ._table import markdown_table, text_table
 
@@ -129,14 +135,7 @@ def register(commands: Any) -> None:
     )
     add_trace_arguments(parser)
     add_budgets_argument(parser, required=True)
-    parser.add_argument(
-        "--percentile",
-        "-p",
-        type=percentile_arg,
-        default=95.0,
-        metavar="P",
-        help="the percentile each stage must keep within budget: p50, p95 or p99 (default: p95)",
-    )
+    add_percentile_argument(parser, purpose="the percentile each stage must keep within budget")
     parser.add_argument(
         "--max-violation-rate",
         type=_rate,

@@ -16,7 +16,13 @@ from latency_budget.report import format_ms
 from latency_budget.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import CliError, example_epilog, raw_help
-from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded, percentile_arg
+from ._recorded import (
+    Recorded,
+    add_budgets_argument,
+    add_percentile_argument,
+    add_trace_arguments,
+    load_recorded,
+)
 
 __all__ = ["register"]
 
@@ -47,14 +53,7 @@ def register(commands: Any) -> None:
     )
     add_trace_arguments(parser)
     add_budgets_argument(parser, required=False)
-    parser.add_argument(
-        "--percentile",
-        "-p",
-        type=percentile_arg,
-        default=95.0,
-        metavar="P",
-        help="percentile to start from: p50, p95 or p99 (default: p95)",
-    )
+    add_percentile_argument(parser, purpose="percentile to start from")
     parser.add_argument(
         "--headroom",
         type=_headroom,
