@@ -13,13 +13,30 @@ API instead. Only reads happen: nothing in the SDK is modified.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import attrgetter
 from typing import Any, cast
 
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, TracerProvider
 from opentelemetry.trace import SpanKind, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["FAST_PATH", "SpanFields", "annotated_copy", "attributes_of", "events_of", "fields_of"]
+__all__ = [
+    "FAST_PATH",
+    "IS_REMOTE",
+    "SPAN_ID",
+    "TRACE_FLAGS",
+    "TRACE_ID",
+    "ContextTuple",
+    "SpanFields",
+    "SpanView",
+    "annotated_copy",
+    "attributes_of",
+    "context_of",
+    "events_of",
+    "fields_of",
+    "view_of",
+    "view_of_any",
+]
 
 _EMPTY: Mapping[str, Any] = {}
 
@@ -27,6 +44,16 @@ _EMPTY: Mapping[str, Any] = {}
 # name, kind, instrumentation scope name, start ns, end ns (0: not set).
 SpanFields = tuple[int, int, int, "int | None", bool, str, SpanKind, str, int, int]
 _NO_CONTEXT: SpanFields = (0, 0, 0, None, False, "", SpanKind.INTERNAL, "", 0, 0)
+
+# The hot path reads a span in two C-level calls instead of a Python function: its
+# context first (enough to skip an unsampled span), then a view of what classifying
+# and accounting need. A context is read by index, as a tuple laid out like the API's
+# SpanContext (a tuple subclass): (trace_id, span_id, is_remote, trace_flags, ...).
+TRACE_ID, SPAN_ID, IS_REMOTE, TRACE_FLAGS = 0, 1, 2, 3
+ContextTuple = tuple[Any, ...]
+# (parent context or None, name, kind, instrumentation scope name, start ns, end ns);
+# the times are None while unset.
+SpanView = tuple["ContextTuple | None", str, SpanKind, str, "int | None", "int | None"]
 
 
 # -- public API versions (the fallback, and the reference the probe compares with) --------
@@ -105,6 +132,28 @@ def _public_copy(
     )
 
 
+def _context_tuple(ctx: Any) -> ContextTuple:
+    return (ctx.trace_id, ctx.span_id, ctx.is_remote, int(ctx.trace_flags))
+
+
+def _public_context(span: ReadableSpan) -> ContextTuple | None:
+    ctx = span.context
+    return None if ctx is None else _context_tuple(ctx)
+
+
+def _public_view(span: ReadableSpan) -> SpanView:
+    parent = span.parent
+    scope = span.instrumentation_scope
+    return (
+        None if parent is None else _context_tuple(parent),
+        span.name,
+        span.kind,
+        scope.name if scope is not None else "",
+        span.start_time,
+        span.end_time,
+    )
+
+
 # -- fast versions ---------------------------------------------------------------------
 
 
@@ -143,6 +192,11 @@ def _fast_fields(span: ReadableSpan) -> SpanFields:
         span._start_time or 0,
         span._end_time or 0,
     )
+
+
+_fast_context = attrgetter("_context")
+# Raises AttributeError for a span without an instrumentation scope: see view_of.
+_fast_view = attrgetter("_parent", "_name", "_kind", "_instrumentation_scope._name", "_start_time", "_end_time")
 
 
 class _FastAnnotatedSpan(_CopiedSpan):
@@ -186,6 +240,20 @@ def _same_span(a: ReadableSpan, b: ReadableSpan) -> bool:
     )
 
 
+def _same_view(span: ReadableSpan) -> bool:
+    """The fast context and view read what the public API gives, the contexts by index."""
+    fast_ctx, public_ctx = _fast_context(span), _public_context(span)
+    if fast_ctx is None or public_ctx is None or tuple(fast_ctx[:4]) != public_ctx:
+        return False
+    fast, public = _fast_view(span), _public_view(span)
+    fast_parent, public_parent = fast[0], public[0]
+    if (fast_parent is None) != (public_parent is None):
+        return False
+    if fast_parent is not None and public_parent is not None and tuple(fast_parent[:4]) != public_parent:
+        return False
+    return fast[1:] == public[1:]
+
+
 def _probe() -> bool:
     """Whether real SDK spans expose their fields the way the fast functions expect."""
     try:
@@ -198,9 +266,11 @@ def _probe() -> bool:
             child.attributes or {}
         ):
             return False
+        if not _same_view(child):
+            return False
         child.end(end_time=3_000)
         snapshot = child._readable_span()
-        if _fast_fields(snapshot) != _public_fields(snapshot):
+        if _fast_fields(snapshot) != _public_fields(snapshot) or not _same_view(snapshot):
             return False
         if list(_fast_events(snapshot)) != list(_public_events(snapshot)):
             return False
@@ -220,5 +290,10 @@ fields_of = _fast_fields if FAST_PATH else _public_fields
 fields_of.__doc__ = "The span's ids, flags, parent, name, kind, scope name and times (see SpanFields)."
 events_of = _fast_events if FAST_PATH else _public_events
 events_of.__doc__ = "The events of an ended span, in order (read-only)."
+context_of = _fast_context if FAST_PATH else _public_context
+# A Python docstring cannot be set on an attrgetter: what they return is described above.
+view_of = _fast_view if FAST_PATH else _public_view
+# For a span view_of raised AttributeError on (no instrumentation scope): never raises.
+view_of_any = _public_view
 annotated_copy = _fast_copy if FAST_PATH else _public_copy
 annotated_copy.__doc__ = "A copy of an ended span with ``attributes`` merged over its own and ``events`` appended."

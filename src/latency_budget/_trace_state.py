@@ -1,4 +1,10 @@
-"""Per-trace accounting state, kept while a local root is open. Guarded by the processor's lock."""
+"""Per-trace accounting state, kept while a local root is open.
+
+Spans of the trace end on any thread. Recording one is an append to a list (atomic in
+CPython), so the processor takes no lock for it; the root's end takes a snapshot and
+works out the per-stage tallies from it. Only past ``max_spans`` (a truncated trace)
+do stage spans go to exact counters, which the processor updates under its lock.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ __all__ = ["StageTally", "TraceState"]
 
 
 class StageTally:
-    """Counters for the ended spans of one stage in one trace (exact even when truncated)."""
+    """Counters for the ended spans of one stage in one trace."""
 
     __slots__ = ("busy_ns", "count", "first_token_ns")
 
@@ -20,6 +26,13 @@ class StageTally:
         self.busy_ns = 0
         self.count = 0
         self.first_token_ns: int | None = None  # the worst (largest) of the stage's spans
+
+    def add(self, start: int, end: int, first_token_ns: int | None) -> None:
+        self.count += 1
+        if end > start:
+            self.busy_ns += end - start
+        if first_token_ns is not None and (self.first_token_ns is None or first_token_ns > self.first_token_ns):
+            self.first_token_ns = first_token_ns
 
 
 class TraceState:
@@ -29,15 +42,16 @@ class TraceState:
         "budgets",
         "config",
         "finished",
-        "first_token_at",
+        "first_tokens",
         "last_seen",
+        "overflow",
+        "overflow_first_token_at",
         "owned",
         "referenced",
         "root_id",
         "root_start",
         "shared",
         "spans",
-        "tallies",
         "trace_id",
         "truncated",
     )
@@ -47,17 +61,20 @@ class TraceState:
     ) -> None:
         self.config = config  # the configuration in force when the root started
         self.budgets = budgets  # chosen once, when the root starts
-        stage_count = len(config.stages)
         self.root_id = root_id
         self.root_start = root_start
-        self.tallies: list[StageTally | None] = [None] * stage_count
         self.trace_id = trace_id
         # Other active local roots of the same trace (kept on the first one), and the span
         # ids registered for this root while its trace had several: see the processor.
         self.shared: list[TraceState] = []
         self.owned: list[int] = []
-        self.spans: list[RecordedSpan] = []  # ended spans, for unions and the critical path
-        self.first_token_at: int | None = None  # earliest first-token instant in the trace
+        # Ended spans, in the order they ended, up to max_spans: appended without a lock.
+        self.spans: list[RecordedSpan] = []
+        # (stage, span start, time to first token) of the recorded stage spans that have one.
+        self.first_tokens: list[tuple[int, int, int]] = []
+        # Stage spans past max_spans: exact counters per stage (under the processor's lock).
+        self.overflow: list[StageTally | None] | None = None
+        self.overflow_first_token_at: int | None = None
         self.last_seen = root_start  # span timestamps, not wall-clock reads
         self.referenced = True
         self.truncated = False
@@ -72,60 +89,118 @@ class TraceState:
         end: int,
         first_token_ns: int | None,
         max_spans: int,
-    ) -> None:
-        """Account one ended span (``stage`` -1 for none). Past ``max_spans`` only counters are kept."""
+    ) -> bool:
+        """Account one ended span (``stage`` -1 for none).
+
+        False when the trace is full and a stage span still needs counting: the caller
+        then calls :meth:`record_overflow` (under a lock, when threads share the state).
+        """
         self.referenced = True
-        self.last_seen = max(self.last_seen, end)
-        if len(self.spans) < max_spans:
-            self.spans.append((span_id, parent_id, start, end, stage))
-        else:
-            self.truncated = True
-        if stage < 0:
-            return
-        tally = self.tallies[stage]
+        self.last_seen = end
+        spans = self.spans
+        if len(spans) < max_spans:
+            spans.append((span_id, parent_id, start, end, stage))
+            if first_token_ns is not None:
+                self.first_tokens.append((stage, start, first_token_ns))
+            return True
+        self.truncated = True
+        return stage < 0
+
+    def record_overflow(self, stage: int, start: int, end: int, first_token_ns: int | None) -> None:
+        """Count a stage span that did not fit in ``spans`` (it adds to counts, not to unions)."""
+        overflow = self.overflow
+        if overflow is None:
+            overflow = self.overflow = [None] * len(self.budgets.stages)
+        tally = overflow[stage]
         if tally is None:
-            tally = self.tallies[stage] = StageTally()
-        tally.count += 1
-        if end > start:
-            tally.busy_ns += end - start
+            tally = overflow[stage] = StageTally()
+        tally.add(start, end, first_token_ns)
         if first_token_ns is not None:
-            if tally.first_token_ns is None or first_token_ns > tally.first_token_ns:
-                tally.first_token_ns = first_token_ns
             instant = start + first_token_ns
-            if self.first_token_at is None or instant < self.first_token_at:
-                self.first_token_at = instant
+            if self.overflow_first_token_at is None or instant < self.overflow_first_token_at:
+                self.overflow_first_token_at = instant
 
     def report(
         self, root_start: int, root_end: int, *, trace_id: int | None = None, root_name: str | None = None
     ) -> TraceReport:
-        """Judge the trace, once its local root (``root_start`` to ``root_end``) has ended."""
+        """Judge the trace, once its local root (``root_start`` to ``root_end``) has ended.
+
+        Works on a snapshot: a span recorded by another thread meanwhile is not counted.
+        """
+        spans = self.spans[:]
+        first_tokens = self.first_tokens[:]
         stages = self.budgets.stages
-        intervals: list[list[tuple[int, int]]] = [[] for _ in stages]
-        for _, _, start, end, stage in self.spans:
+        stage_count = len(stages)
+        tallies: list[StageTally | None] = [None] * stage_count
+        intervals: list[list[tuple[int, int]] | None] = [None] * stage_count
+        for _, _, start, end, stage in spans:
             if stage >= 0:
-                intervals[stage].append((start, end))
+                tally = tallies[stage]
+                if tally is None:
+                    tally = tallies[stage] = StageTally()
+                    intervals[stage] = [(start, end)]
+                else:
+                    intervals[stage].append((start, end))  # type: ignore[union-attr]
+                tally.count += 1
+                if end > start:
+                    tally.busy_ns += end - start
+        first_token_at = self.overflow_first_token_at
+        for stage, start, ttft in first_tokens:
+            tally = tallies[stage]
+            if tally is None:  # recorded after the snapshot of spans: not counted
+                continue
+            if tally.first_token_ns is None or ttft > tally.first_token_ns:
+                tally.first_token_ns = ttft
+            if first_token_at is None or start + ttft < first_token_at:
+                first_token_at = start + ttft
+        if self.overflow is not None:
+            for index, extra in enumerate(self.overflow):
+                if extra is None:
+                    continue
+                tally = tallies[index]
+                if tally is None:
+                    tally = tallies[index] = StageTally()
+                tally.count += extra.count
+                tally.busy_ns += extra.busy_ns
+                if extra.first_token_ns is not None and (
+                    tally.first_token_ns is None or extra.first_token_ns > tally.first_token_ns
+                ):
+                    tally.first_token_ns = extra.first_token_ns
+
+        total_ms = max(0, root_end - root_start) / 1e6
         measurements: dict[str, StageMeasurement] = {}
-        for index, (budget, tally) in enumerate(zip(stages, self.tallies, strict=True)):
+        counts = [0] * stage_count
+        for index, (budget, tally) in enumerate(zip(stages, tallies, strict=True)):
             if tally is None:
                 continue
+            counts[index] = tally.count
             first_token_ms = tally.first_token_ns / 1e6 if tally.first_token_ns is not None else None
             measurements[budget.name] = StageMeasurement(
-                union_length(intervals[index]) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
+                union_length(intervals[index] or ()) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
             )
+        if measurements:
+            critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, stage_count)
+            critical_ms: dict[str, float] | None = {
+                budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)
+            }
+            unattributed_ms = unattributed / 1e6
+            hints = find_hints(self.budgets, self.root_id, spans, counts)
+        else:
+            # No stage span: the whole critical path is unattributed, and nothing is hinted.
+            critical_ms = {budget.name: 0.0 for budget in stages}
+            unattributed_ms = total_ms
+            hints = ()
         first_token_ms = None
-        if self.first_token_at is not None and self.first_token_at >= root_start:
-            first_token_ms = (self.first_token_at - root_start) / 1e6
-        critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, self.spans, len(stages))
+        if first_token_at is not None and first_token_at >= root_start:
+            first_token_ms = (first_token_at - root_start) / 1e6
         return evaluate(
             self.budgets,
             measurements,
-            total_actual_ms=max(0, root_end - root_start) / 1e6,
+            total_actual_ms=total_ms,
             first_token_ms=first_token_ms,
-            critical_ms={budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)},
-            unattributed_ms=unattributed / 1e6,
-            hints=find_hints(
-                self.budgets, self.root_id, self.spans, [t.count if t is not None else 0 for t in self.tallies]
-            ),
+            critical_ms=critical_ms,
+            unattributed_ms=unattributed_ms,
+            hints=hints,
             trace_id=trace_id,
             span_id=self.root_id,
             root_name=root_name,

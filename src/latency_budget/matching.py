@@ -103,10 +103,11 @@ class MatchRule:
 class AttributeDecision:
     """Candidate rules that still need the span's attributes, compiled for speed.
 
-    When every candidate is a single attribute condition (the usual GenAI case), the
-    answer is one dictionary probe per distinct key: the earliest stage whose allowed
-    values contain the span's value. Otherwise the rules are tried in order, after a
-    quick check that at least one of them can possibly hold.
+    Every candidate requires at least one key, so a span that has none of them (most
+    spans) is settled by one set operation in C. When every candidate is a single
+    attribute condition (the usual GenAI case), the answer is then one dictionary probe
+    per distinct key: the earliest stage whose allowed values contain the span's value.
+    Otherwise the rules are tried in order.
     """
 
     __slots__ = ("gate", "index", "rules")
@@ -124,20 +125,30 @@ class AttributeDecision:
                     table.setdefault(value, stage)  # rules are in order: keep the first stage
             self.index = tuple(by_key.items())
         # Every rule requires at least one key; if none of these is present, nothing matches.
-        self.gate = tuple(dict.fromkeys(rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules))
+        self.gate = frozenset(rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules)
 
     def decide(self, attributes: Mapping[str, object]) -> int:
-        """The rules tried in order. (The ``index`` case is evaluated inline by
-        :meth:`StageClassifier.classify`, the only caller, on the hot path.)"""
-        for key in self.gate:
-            if key in attributes:
-                break
-        else:
+        """Index of the first candidate's stage that these attributes satisfy, or -1."""
+        if self.gate.isdisjoint(attributes):
             return -1
-        for stage, rule in self.rules:
-            if rule.matches_attributes(attributes):
-                return stage
-        return -1
+        index = self.index
+        if index is None:
+            for stage, rule in self.rules:
+                if rule.matches_attributes(attributes):
+                    return stage
+            return -1
+        best = -1
+        for key, table in index:
+            value = attributes.get(key, _MISSING)
+            if value is _MISSING:
+                continue
+            try:
+                stage = table.get((type(value), value), -1)
+            except TypeError:  # unhashable values never match
+                continue
+            if stage >= 0 and (best < 0 or stage < best):
+                best = stage
+        return best
 
 
 class StageClassifier:
@@ -171,7 +182,11 @@ class StageClassifier:
         return AttributeDecision(tuple(found)) if found else -1
 
     def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
-        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left."""
+        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left.
+
+        The hot path calls this first and reads a span's attributes only when the answer
+        is an :class:`AttributeDecision`.
+        """
         key = (scope, name, id(kind))
         entry = self._cache.get(key)
         if entry is None:
@@ -181,31 +196,9 @@ class StageClassifier:
         return entry
 
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
-        """Index of the matching stage in config order, or -1 for no stage.
-
-        This runs at the start and end of every span, so the cache lookup and the
-        attribute-index probe are done here rather than in helper calls.
-        """
-        entry = self._cache.get((scope, name, id(kind)))
-        if entry is None:
-            entry = self.prepare(name, kind, scope)
-        if entry.__class__ is int:
-            return entry
-        index = entry.index  # type: ignore[union-attr]
-        if index is None:
-            return entry.decide(attributes)  # type: ignore[union-attr]
-        best = -1
-        for key, table in index:
-            value = attributes.get(key, _MISSING)
-            if value is _MISSING:
-                continue
-            try:
-                stage = table.get((type(value), value), -1)
-            except TypeError:  # unhashable values never match
-                continue
-            if stage >= 0 and (best < 0 or stage < best):
-                best = stage
-        return best
+        """Index of the matching stage in config order, or -1 for no stage."""
+        entry = self.prepare(name, kind, scope)
+        return entry if entry.__class__ is int else entry.decide(attributes)  # type: ignore[union-attr]
 
 
 class _Ordered(AttributeDecision):
@@ -216,10 +209,10 @@ class _Ordered(AttributeDecision):
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
         self.index = None
-        self.gate = ()
+        self.gate = frozenset()
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         for stage, rule in self.rules:
             if rule.matches_attributes(attributes):
                 return stage
-        return -1
+        return -1  # not reached: the last rule always holds

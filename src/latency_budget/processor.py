@@ -23,13 +23,27 @@ from typing import TYPE_CHECKING
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.trace import SpanKind
 
 from latency_budget import _guard
 from latency_budget import attributes as attr
-from latency_budget._sdk_internals import annotated_copy, attributes_of, events_of, fields_of
+from latency_budget._sdk_internals import (
+    IS_REMOTE,
+    SPAN_ID,
+    TRACE_FLAGS,
+    TRACE_ID,
+    ContextTuple,
+    annotated_copy,
+    attributes_of,
+    context_of,
+    events_of,
+    view_of,
+    view_of_any,
+)
 from latency_budget._trace_state import TraceState
 from latency_budget.annotate import hint_attributes, root_attributes, violation_attributes
 from latency_budget.config import BudgetConfig
+from latency_budget.config.model import StageBudget
 from latency_budget.config.reload import reload_interval, watch_budgets
 from latency_budget.first_token import time_to_first_token_ns
 from latency_budget.report import TraceReport
@@ -40,6 +54,9 @@ if TYPE_CHECKING:
 __all__ = ["LatencyBudgetProcessor", "ProcessorStats"]
 
 ReportCallback = Callable[[TraceReport], object]
+# What _end gives when a span is forwarded as an annotated copy: the copy, and the
+# trace's report when the span is its local root.
+Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
@@ -104,6 +121,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         if isinstance(downstream, SpanExporter):
             downstream = BatchSpanProcessor(downstream)
         self._downstream: SpanProcessor = downstream
+        self._forward_start = downstream.on_start
+        self._forward_end = downstream.on_end
         if on_report is None:
             self._on_report: tuple[ReportCallback, ...] = ()
         elif callable(on_report):
@@ -164,22 +183,33 @@ class LatencyBudgetProcessor(SpanProcessor):
             )
 
     # -- hooks -------------------------------------------------------------------------
+    #
+    # Both hooks read the span's context first: an unsampled span, or one of a trace we
+    # do not account, costs one C-level read and a dictionary probe.
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            self._start(span)
+            ctx = context_of(span)
+            if ctx is not None and ctx[TRACE_FLAGS] & _SAMPLED:
+                self._start(span, ctx)
         except Exception as exc:  # never let our bugs reach the host application
             _guard.log_internal_error("on_start", exc)
-        self._downstream.on_start(span, parent_context=parent_context)
+        self._forward_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
         forward = span
         report = None
         try:
-            forward, report = self._end(span)
+            ctx = context_of(span)
+            if ctx is not None and ctx[TRACE_FLAGS] & _SAMPLED:
+                state = self._by_trace.get(ctx[TRACE_ID])
+                if state is not None:  # else not a trace we account: pass through untouched
+                    annotated = self._end(span, ctx, state)
+                    if annotated is not None:
+                        forward, report = annotated
         except Exception as exc:
             _guard.log_internal_error("on_end", exc)
-        self._downstream.on_end(forward)
+        self._forward_end(forward)
         if report is not None:
             for callback in self._on_report:
                 try:
@@ -207,52 +237,58 @@ class LatencyBudgetProcessor(SpanProcessor):
     # -- accounting ------------------------------------------------------------------
     #
     # Bookkeeping is per trace, not per span: a span finds its account through its trace
-    # id. Only while two local roots of one trace are active in this process (a service
-    # calling itself) are that trace's later spans registered one by one, in _owners.
+    # id, and an ended span is recorded by appending to its trace's list, with no lock.
+    # The lock guards the maps of traces: a root's start and end, evictions, and traces
+    # with two local roots active in this process (a service calling itself), whose
+    # later spans are registered one by one, in _owners, so each finds its own root.
 
-    def _start(self, span: Span) -> None:
-        trace_id, span_id, flags, parent_id, parent_remote, name, kind, scope, start, _ = fields_of(span)
-        if not flags & _SAMPLED:
+    def _start(self, span: Span, ctx: ContextTuple) -> None:
+        try:
+            parent, name, kind, scope, start, _ = view_of(span)
+        except AttributeError:  # a span without an instrumentation scope
+            parent, name, kind, scope, start, _ = view_of_any(span)
+        if parent is None or parent[IS_REMOTE]:
+            self._start_root(span, ctx, name, kind, scope, start or 0)
             return
-        attributes = attributes_of(span)
-        if parent_id is None or parent_remote:
-            config = self._config
-            stage = config.classifier.classify(name, kind, scope, attributes)
-            budgets = config.budgets_for_root(name, kind, scope, attributes)
-            state = TraceState(config, budgets, span_id, start, trace_id)
-            with self._lock:
-                self._admit(state, start)
-                self._traces[span_id] = state
-                first = self._by_trace.setdefault(trace_id, state)
-                if first is not state:
-                    # A second local root of an active trace: from now on, spans of this
-                    # trace are registered one by one so each finds its own root.
-                    first.shared.append(state)
-                    self._owners[span_id] = state
-                    state.owned.append(span_id)
-        else:
-            # A dict read needs no lock; the write below is for the shared case only.
-            found = self._by_trace.get(trace_id)
-            if found is None:
-                return  # not a trace we account (evicted, or started before us)
-            state = found
-            if state.shared:
-                with self._lock:
-                    state = self._owners.get(parent_id, state)
-                    if state is not self._by_trace.get(trace_id):
-                        self._owners[span_id] = state
-                        state.owned.append(span_id)
-            # Unlocked: benign races on the LRU and idle-TTL hints.
-            state.referenced = True
-            state.last_seen = max(state.last_seen, start)
-            stage = state.config.classifier.classify(name, kind, scope, attributes)
-            budgets = state.budgets
+        state = self._by_trace.get(ctx[TRACE_ID])
+        if state is None:
+            return  # not a trace we account (evicted, or started before us)
+        if state.shared:
+            state = self._register_shared(state, ctx, parent)
+        state.referenced = True  # unlocked: a benign race on an LRU hint
+        entry = state.config.classifier.prepare(name, kind, scope)
+        stage = entry if entry.__class__ is int else entry.decide(attributes_of(span))  # type: ignore[union-attr]
         if stage >= 0:
-            budget = budgets.stages[stage]
-            if budget.budget_ms is None:
-                span.set_attribute(attr.STAGE, budget.name)
-            else:
-                span.set_attributes({attr.STAGE: budget.name, attr.BUDGET_MS: float(budget.budget_ms)})
+            _label(span, state.budgets.stages[stage])
+
+    def _start_root(self, span: Span, ctx: ContextTuple, name: str, kind: SpanKind, scope: str, start: int) -> None:
+        config = self._config
+        attributes = attributes_of(span)
+        stage = config.classifier.classify(name, kind, scope, attributes)
+        budgets = config.budgets_for_root(name, kind, scope, attributes)
+        span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
+        state = TraceState(config, budgets, span_id, start, trace_id)
+        with self._lock:
+            self._admit(state, start)
+            self._traces[span_id] = state
+            first = self._by_trace.setdefault(trace_id, state)
+            if first is not state:
+                # A second local root of an active trace: from now on, spans of this
+                # trace are registered one by one so each finds its own root.
+                first.shared.append(state)
+                self._owners[span_id] = state
+                state.owned.append(span_id)
+        if stage >= 0:
+            _label(span, budgets.stages[stage])
+
+    def _register_shared(self, first: TraceState, ctx: ContextTuple, parent: ContextTuple) -> TraceState:
+        """The state a span of a trace with several local roots belongs to: its parent's."""
+        with self._lock:
+            state = self._owners.get(parent[SPAN_ID], first)
+            if state is not self._by_trace.get(ctx[TRACE_ID]):
+                self._owners[ctx[SPAN_ID]] = state
+                state.owned.append(ctx[SPAN_ID])
+        return state
 
     def _admit(self, state: TraceState, now: int) -> None:
         """Make room for a new trace: drop idle traces, then the least recently used. Holds the lock."""
@@ -308,67 +344,86 @@ class LatencyBudgetProcessor(SpanProcessor):
         elif first is not None and state in first.shared:
             first.shared.remove(state)
 
-    def _end(self, span: ReadableSpan) -> tuple[ReadableSpan, TraceReport | None]:
-        trace_id, span_id, flags, parent_id, _, name, kind, scope, start, end = fields_of(span)
-        if not flags & _SAMPLED:
-            return span, None
-        state = self._by_trace.get(trace_id)
-        if state is None:
-            return span, None  # not a trace we account: pass through untouched
+    def _end(self, span: ReadableSpan, ctx: ContextTuple, state: TraceState) -> Annotated | None:
+        """Record an ended span of an accounted trace; the copy to forward, if it gains attributes."""
+        try:
+            parent, name, kind, scope, start, end = view_of(span)
+        except AttributeError:  # a span without an instrumentation scope
+            parent, name, kind, scope, start, end = view_of_any(span)
         # Spans built by hand may lack timestamps: they count as zero-length.
+        start = start or 0
         end = end or start
-        attributes = attributes_of(span)
+        span_id = ctx[SPAN_ID]
         if state.shared:
             with self._lock:
                 state = self._owners.get(span_id, state)
+        # The stage set at start, or (for attributes set later) the stage the final
+        # attributes give. Attributes are read only when the rules look at them.
         config = state.config
-        # The stage set at start, or (for attributes set later) the stage the final attributes give.
+        entry = config.classifier.prepare(name, kind, scope)
         late_match = False
-        named = attributes.get(attr.STAGE)
-        stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
-        if stage < 0:
-            stage = config.classifier.classify(name, kind, scope, attributes)
-            late_match = stage >= 0
-        ttft = None
-        if stage >= 0:
-            ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: events_of(span))
-        is_root = span_id == state.root_id
+        if entry.__class__ is int:
+            stage: int = entry
+        else:
+            attributes = attributes_of(span)
+            named = attributes.get(attr.STAGE)
+            if named.__class__ is str:
+                stage = config.stage_index.get(named, -1)
+            else:
+                stage = entry.decide(attributes)  # type: ignore[union-attr]
+                late_match = stage >= 0
+        parent_id = parent[SPAN_ID] if parent is not None else None
+        if span_id == state.root_id:
+            return self._end_root(span, state, stage, late_match, parent_id, name, start, end)
+        if stage < 0:  # the common case: record, forward untouched
+            state.referenced = True
+            state.last_seen = end
+            spans = state.spans
+            if len(spans) < self._max_spans:
+                spans.append((span_id, parent_id, start, end, -1))
+            else:
+                state.truncated = True
+            return None
+        ttft = time_to_first_token_ns(
+            config.stages[stage].first_token, start, attributes_of(span), lambda: events_of(span)
+        )
+        if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
+            with self._lock:
+                state.record_overflow(stage, start, end, ttft)
+        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end)
+        return (annotated_copy(span, extra), None) if extra else None
+
+    def _end_root(
+        self,
+        root: ReadableSpan,
+        state: TraceState,
+        stage: int,
+        late_match: bool,
+        parent_id: int | None,
+        name: str,
+        start: int,
+        end: int,
+    ) -> Annotated | None:
+        """Detach the trace of a local root that ended, judge it and annotate the root."""
         with self._lock:
             if state.finished:
-                return span, None  # its root ended (or it was evicted) meanwhile: never counted
-            state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans)
-            if is_root:
-                self._forget(state)
-                self._reports += 1
-                if state.truncated:
-                    self._truncated += 1
-        if stage < 0:
-            if is_root:
-                return self._annotate_root(state, span, {})
-            return span, None
-        budget = state.budgets.stages[stage]
-        extra: dict[str, AttributeValue] = {}
-        if late_match:
-            extra[attr.STAGE] = budget.name
-            if budget.budget_ms is not None:
-                extra[attr.BUDGET_MS] = float(budget.budget_ms)
-        own_ms = (end - start) / 1e6
-        if budget.budget_ms is not None and own_ms > budget.budget_ms:
-            extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-            extra[attr.ACTUAL_MS] = own_ms
-        if is_root:
-            return self._annotate_root(state, span, extra)
-        if extra:
-            return annotated_copy(span, extra), None
-        return span, None
-
-    def _annotate_root(
-        self, state: TraceState, root: ReadableSpan, extra: dict[str, AttributeValue]
-    ) -> tuple[ReadableSpan, TraceReport]:
-        """Evaluate a trace whose local root has ended (its state is no longer shared) and annotate the root."""
-        start = root.start_time or state.root_start
-        end = root.end_time or start
-        report = state.report(start, end, trace_id=state.trace_id, root_name=root.name)
+                return None  # evicted meanwhile: forwarded untouched
+            self._forget(state)
+            self._reports += 1
+        ttft = None
+        if stage >= 0:
+            ttft = time_to_first_token_ns(
+                state.config.stages[stage].first_token, start, attributes_of(root), lambda: events_of(root)
+            )
+        # No span can be recorded any more: the root always fits, past max_spans too.
+        state.spans.append((state.root_id, parent_id, start, end, stage))
+        if ttft is not None:
+            state.first_tokens.append((stage, start, ttft))
+        if state.truncated:
+            with self._lock:
+                self._truncated += 1
+        report = state.report(start, end, trace_id=state.trace_id, root_name=name)
+        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end) if stage >= 0 else {}
         attributes = {**extra, **root_attributes(report, truncated=state.truncated)}
         events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
         events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
@@ -381,3 +436,25 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._by_trace = {}
         self._owners = {}
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
+
+
+def _label(span: Span, budget: StageBudget) -> None:
+    """What every stage span carries from its start: its stage and the stage's budget."""
+    if budget.budget_ms is None:
+        span.set_attribute(attr.STAGE, budget.name)
+    else:
+        span.set_attributes({attr.STAGE: budget.name, attr.BUDGET_MS: float(budget.budget_ms)})
+
+
+def _span_attributes(budget: StageBudget, late_match: bool, start: int, end: int) -> dict[str, AttributeValue]:
+    """What an ended stage span gains: its label when matched late, the verdict when over its own budget."""
+    extra: dict[str, AttributeValue] = {}
+    if late_match:
+        extra[attr.STAGE] = budget.name
+        if budget.budget_ms is not None:
+            extra[attr.BUDGET_MS] = float(budget.budget_ms)
+    own_ms = (end - start) / 1e6
+    if budget.budget_ms is not None and own_ms > budget.budget_ms:
+        extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
+        extra[attr.ACTUAL_MS] = own_ms
+    return extra

@@ -94,6 +94,7 @@ def evaluate_spans(
                     config.stages[stage].first_token, span.start_ns, span.attributes, span.events
                 )
             parent = None if span is root else span.parent_id
-            state.record(span.span_id, parent, stage, span.start_ns, span.end_ns, ttft, max_spans_per_trace)
+            if not state.record(span.span_id, parent, stage, span.start_ns, span.end_ns, ttft, max_spans_per_trace):
+                state.record_overflow(stage, span.start_ns, span.end_ns, ttft)
         reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
     return reports
