@@ -7,7 +7,8 @@ runs through ``collections.abc`` in Python. So the hot path reads the fields the
 properties return, directly, and builds annotated copies by copying the snapshot's
 fields. At import, a probe checks on real SDK spans that the internals give exactly what
 the public API gives; if not (another SDK version), every function here uses the public
-API instead. Only reads happen: nothing in the SDK is modified.
+API instead. One write happens, the stage label of a live span (see set_label), and
+only where it is exactly what ``set_attributes`` would do.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "context_of",
     "events_of",
     "fields_of",
+    "set_label",
     "view_of",
     "view_of_any",
 ]
@@ -154,6 +156,10 @@ def _public_view(span: ReadableSpan) -> SpanView:
     )
 
 
+def _public_label(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
+    span.set_attributes(attributes)
+
+
 # -- fast versions ---------------------------------------------------------------------
 
 
@@ -199,6 +205,28 @@ _fast_context = attrgetter("_context")
 _fast_view = attrgetter("_parent", "_name", "_kind", "_instrumentation_scope._name", "_start_time", "_end_time")
 
 
+def _fast_label(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
+    # ``set_attributes`` validates every value through collections.abc checks: about a
+    # third of the SDK's whole cost of a span for two attributes. Ours are valid by
+    # construction (str and float), so when the span's limits leave room and nothing
+    # would be truncated, insert them as the SDK does, under the same two locks in the
+    # same order; in every other case (ended, full, length limit, another
+    # implementation) let the SDK do it.
+    bounded: Any = span._attributes
+    inner = getattr(bounded, "_dict", None)
+    if inner.__class__ is dict and not getattr(bounded, "_immutable", True) and bounded.max_value_len is None:
+        maxlen = bounded.maxlen
+        with span._lock:
+            if span._end_time is None and (maxlen is None or len(inner) + len(attributes) <= maxlen):
+                with bounded._lock:
+                    for key, value in attributes.items():
+                        if key in inner:
+                            del inner[key]  # as the SDK does: a re-set key moves to the end
+                        inner[key] = value
+                return
+    span.set_attributes(attributes)
+
+
 class _FastAnnotatedSpan(_CopiedSpan):
     """A copy made by copying the snapshot's fields (see _fast_copy)."""
 
@@ -240,7 +268,7 @@ def _same_span(a: ReadableSpan, b: ReadableSpan) -> bool:
     )
 
 
-def _same_view(span: ReadableSpan) -> bool:
+def _same_view(span: ReadableSpan | Span) -> bool:
     """The fast context and view read what the public API gives, the contexts by index."""
     fast_ctx, public_ctx = _fast_context(span), _public_context(span)
     if fast_ctx is None or public_ctx is None or tuple(fast_ctx[:4]) != public_ctx:
@@ -258,9 +286,18 @@ def _probe() -> bool:
     """Whether real SDK spans expose their fields the way the fast functions expect."""
     try:
         tracer = TracerProvider(shutdown_on_exit=False).get_tracer("latency_budget.probe", "1")
-        root = tracer.start_span("probe root", kind=SpanKind.SERVER, start_time=1_000)
+        root = cast(Span, tracer.start_span("probe root", kind=SpanKind.SERVER, start_time=1_000))
         child = cast(Span, tracer.start_span("probe", set_span_in_context(root), attributes={"k": 1}, start_time=2_000))
         child.set_attribute("later", True)
+        twin = cast(Span, tracer.start_span("probe", set_span_in_context(root), attributes={"k": 1}, start_time=2_000))
+        twin.set_attribute("later", True)
+        label: dict[str, AttributeValue] = {"later": False, "label": "x", "budget": 1.5}
+        _fast_label(child, label)
+        _public_label(twin, label)
+        if list(_fast_attributes(child).items()) != list(_fast_attributes(twin).items()):
+            return False
+        if child.dropped_attributes != twin.dropped_attributes or not _same_view(root):
+            return False
         child.add_event("e", {"a": "b"}, timestamp=2_500)
         if _fast_fields(child) != _public_fields(child) or dict(_fast_attributes(child)) != dict(
             child.attributes or {}
@@ -278,7 +315,8 @@ def _probe() -> bool:
         added = [Event("added", {"n": 1}, timestamp=3_000)]
         fast, public = _fast_copy(snapshot, extra, added), _public_copy(snapshot, extra, added)
         root.end(end_time=4_000)
-        return _same_span(fast, public) and dict(fast.attributes or {}) == {"k": 1, "later": True, "x": 1.5}
+        expected = {"k": 1, "later": False, "label": "x", "budget": 1.5, "x": 1.5}
+        return _same_span(fast, public) and dict(fast.attributes or {}) == expected
     except Exception:
         return False
 
@@ -295,5 +333,7 @@ context_of = _fast_context if FAST_PATH else _public_context
 view_of = _fast_view if FAST_PATH else _public_view
 # For a span view_of raised AttributeError on (no instrumentation scope): never raises.
 view_of_any = _public_view
+set_label = _fast_label if FAST_PATH else _public_label
+set_label.__doc__ = "Set attributes valid by construction (str, float) on a live span, as set_attributes would."
 annotated_copy = _fast_copy if FAST_PATH else _public_copy
 annotated_copy.__doc__ = "A copy of an ended span with ``attributes`` merged over its own and ``events`` appended."

@@ -131,52 +131,47 @@ class TraceState:
         first_tokens = self.first_tokens[:]
         stages = self.budgets.stages
         stage_count = len(stages)
-        tallies: list[StageTally | None] = [None] * stage_count
         intervals: list[list[tuple[int, int]] | None] = [None] * stage_count
         for _, _, start, end, stage in spans:
             if stage >= 0:
-                tally = tallies[stage]
-                if tally is None:
-                    tally = tallies[stage] = StageTally()
+                found = intervals[stage]
+                if found is None:
                     intervals[stage] = [(start, end)]
                 else:
-                    intervals[stage].append((start, end))  # type: ignore[union-attr]
-                tally.count += 1
-                if end > start:
-                    tally.busy_ns += end - start
+                    found.append((start, end))
+        worst_ttft: list[int | None] = [None] * stage_count
         first_token_at = self.overflow_first_token_at
-        for stage, start, ttft in first_tokens:
-            tally = tallies[stage]
-            if tally is None:  # recorded after the snapshot of spans: not counted
+        for stage, start, first_token in first_tokens:
+            if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
                 continue
-            if tally.first_token_ns is None or ttft > tally.first_token_ns:
-                tally.first_token_ns = ttft
-            if first_token_at is None or start + ttft < first_token_at:
-                first_token_at = start + ttft
-        if self.overflow is not None:
-            for index, extra in enumerate(self.overflow):
-                if extra is None:
-                    continue
-                tally = tallies[index]
-                if tally is None:
-                    tally = tallies[index] = StageTally()
-                tally.count += extra.count
-                tally.busy_ns += extra.busy_ns
-                if extra.first_token_ns is not None and (
-                    tally.first_token_ns is None or extra.first_token_ns > tally.first_token_ns
-                ):
-                    tally.first_token_ns = extra.first_token_ns
-
+            worst = worst_ttft[stage]
+            if worst is None or first_token > worst:
+                worst_ttft[stage] = first_token
+            if first_token_at is None or start + first_token < first_token_at:
+                first_token_at = start + first_token
+        overflow = self.overflow
         total_ms = max(0, root_end - root_start) / 1e6
         measurements: dict[str, StageMeasurement] = {}
         counts = [0] * stage_count
-        for index, (budget, tally) in enumerate(zip(stages, tallies, strict=True)):
-            if tally is None:
+        for index, recorded in enumerate(intervals):
+            extra = overflow[index] if overflow is not None else None
+            if recorded is None and extra is None:
                 continue
-            counts[index] = tally.count
-            first_token_ms = tally.first_token_ns / 1e6 if tally.first_token_ns is not None else None
-            measurements[budget.name] = StageMeasurement(
-                union_length(intervals[index] or ()) / 1e6, tally.busy_ns / 1e6, tally.count, first_token_ms
+            found = recorded or []
+            count = len(found)
+            busy = 0
+            for start, end in found:
+                if end > start:
+                    busy += end - start
+            ttft: int | None = worst_ttft[index]
+            if extra is not None:
+                count += extra.count
+                busy += extra.busy_ns
+                if extra.first_token_ns is not None and (ttft is None or extra.first_token_ns > ttft):
+                    ttft = extra.first_token_ns
+            counts[index] = count
+            measurements[stages[index].name] = StageMeasurement(
+                union_length(found) / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
             )
         if measurements:
             critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, stage_count)

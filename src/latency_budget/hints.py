@@ -47,6 +47,11 @@ def find_hints(
         for span in spans:
             if span[4] >= 0:
                 counts[span[4]] += 1
+    for index, least in budgets.hint_thresholds:
+        if counts[index] >= least:
+            break
+    else:
+        return ()
     parallelizable = {i for i, stage in enumerate(stages) if stage.parallelizable and counts[i] >= 2}
     over_calls = [i for i, stage in enumerate(stages) if stage.max_calls is not None and counts[i] > stage.max_calls]
     if not parallelizable and not over_calls:

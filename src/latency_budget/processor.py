@@ -37,6 +37,7 @@ from latency_budget._sdk_internals import (
     attributes_of,
     context_of,
     events_of,
+    set_label,
     view_of,
     view_of_any,
 )
@@ -441,9 +442,9 @@ class LatencyBudgetProcessor(SpanProcessor):
 def _label(span: Span, budget: StageBudget) -> None:
     """What every stage span carries from its start: its stage and the stage's budget."""
     if budget.budget_ms is None:
-        span.set_attribute(attr.STAGE, budget.name)
+        set_label(span, {attr.STAGE: budget.name})
     else:
-        span.set_attributes({attr.STAGE: budget.name, attr.BUDGET_MS: float(budget.budget_ms)})
+        set_label(span, {attr.STAGE: budget.name, attr.BUDGET_MS: float(budget.budget_ms)})
 
 
 def _span_attributes(budget: StageBudget, late_match: bool, start: int, end: int) -> dict[str, AttributeValue]:

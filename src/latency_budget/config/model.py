@@ -71,6 +71,19 @@ class BudgetSet:
     total_ms: float | None
     first_token_ms: float | None = None
     severity: Severity = "error"
+    # (stage index, the fewest spans of it that can give a hint), for stages that can:
+    # lets a trace with nothing to hint (most traces) skip the hint search.
+    hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        thresholds = []
+        for index, budget in enumerate(self.stages):
+            least = [2] if budget.parallelizable else []
+            if budget.max_calls is not None:
+                least.append(budget.max_calls + 1)
+            if least:
+                thresholds.append((index, min(least)))
+        object.__setattr__(self, "hint_thresholds", tuple(thresholds))
 
     def stage(self, name: str) -> StageBudget:
         """The budget of the stage called ``name`` (``KeyError`` when unknown)."""
