@@ -28,13 +28,11 @@ __all__ = [
     "TRACE_FLAGS",
     "TRACE_ID",
     "ContextTuple",
-    "SpanFields",
     "SpanView",
     "annotated_copy",
     "attributes_of",
     "context_of",
     "events_of",
-    "fields_of",
     "set_label",
     "view_of",
     "view_of_any",
@@ -42,20 +40,15 @@ __all__ = [
 
 _EMPTY: Mapping[str, Any] = {}
 
-# trace_id, span_id, trace_flags, parent span id (None: no parent), parent is remote,
-# name, kind, instrumentation scope name, start ns, end ns (0: not set).
-SpanFields = tuple[int, int, int, "int | None", bool, str, SpanKind, str, int, int]
-_NO_CONTEXT: SpanFields = (0, 0, 0, None, False, "", SpanKind.INTERNAL, "", 0, 0)
-
 # The hot path reads a span in two C-level calls instead of a Python function: its
 # context first (enough to skip an unsampled span), then a view of what classifying
 # and accounting need. A context is read by index, as a tuple laid out like the API's
 # SpanContext (a tuple subclass): (trace_id, span_id, is_remote, trace_flags, ...).
 TRACE_ID, SPAN_ID, IS_REMOTE, TRACE_FLAGS = 0, 1, 2, 3
 ContextTuple = tuple[Any, ...]
-# (parent context or None, name, kind, instrumentation scope name, start ns, end ns);
-# the times are None while unset.
-SpanView = tuple["ContextTuple | None", str, SpanKind, str, "int | None", "int | None"]
+# (parent context or None, name, kind, instrumentation scope name, start ns, end ns,
+# attributes); the times are None while unset; the attributes are read-only.
+SpanView = tuple["ContextTuple | None", str, SpanKind, str, "int | None", "int | None", Mapping[str, Any]]
 
 
 # -- public API versions (the fallback, and the reference the probe compares with) --------
@@ -67,26 +60,6 @@ def _public_attributes(span: ReadableSpan) -> Mapping[str, Any]:
 
 def _public_events(span: ReadableSpan) -> Sequence[Event]:
     return span.events
-
-
-def _public_fields(span: ReadableSpan) -> SpanFields:
-    ctx = span.context
-    if ctx is None:
-        return _NO_CONTEXT
-    parent = span.parent
-    scope = span.instrumentation_scope
-    return (
-        ctx.trace_id,
-        ctx.span_id,
-        int(ctx.trace_flags),
-        parent.span_id if parent is not None else None,
-        parent.is_remote if parent is not None else False,
-        span.name,
-        span.kind,
-        scope.name if scope is not None else "",
-        span.start_time or 0,
-        span.end_time or 0,
-    )
 
 
 class _CopiedSpan(ReadableSpan):
@@ -153,6 +126,7 @@ def _public_view(span: ReadableSpan) -> SpanView:
         scope.name if scope is not None else "",
         span.start_time,
         span.end_time,
+        span.attributes or _EMPTY,
     )
 
 
@@ -180,29 +154,12 @@ def _fast_events(span: ReadableSpan) -> Sequence[Event]:
     return tuple(events)
 
 
-def _fast_fields(span: ReadableSpan) -> SpanFields:
-    ctx = span._context  # SpanContext is a tuple: (trace_id, span_id, is_remote, trace_flags, ...)
-    if ctx is None:
-        return _NO_CONTEXT
-    parent = span._parent
-    scope = span._instrumentation_scope
-    return (
-        ctx[0],
-        ctx[1],
-        ctx[3],
-        parent[1] if parent is not None else None,
-        parent[2] if parent is not None else False,
-        span._name,
-        span._kind,
-        scope._name if scope is not None else "",
-        span._start_time or 0,
-        span._end_time or 0,
-    )
-
-
 _fast_context = attrgetter("_context")
-# Raises AttributeError for a span without an instrumentation scope: see view_of.
-_fast_view = attrgetter("_parent", "_name", "_kind", "_instrumentation_scope._name", "_start_time", "_end_time")
+# Raises AttributeError for a span without an instrumentation scope, or whose attributes
+# are not the SDK's BoundedAttributes (one built by hand): see view_of_any.
+_fast_view = attrgetter(
+    "_parent", "_name", "_kind", "_instrumentation_scope._name", "_start_time", "_end_time", "_attributes._dict"
+)
 
 
 def _fast_label(span: Span, attributes: Mapping[str, AttributeValue]) -> None:
@@ -279,7 +236,7 @@ def _same_view(span: ReadableSpan | Span) -> bool:
         return False
     if fast_parent is not None and public_parent is not None and tuple(fast_parent[:4]) != public_parent:
         return False
-    return fast[1:] == public[1:]
+    return fast[1:6] == public[1:6] and dict(fast[6]) == dict(public[6])
 
 
 def _probe() -> bool:
@@ -299,15 +256,11 @@ def _probe() -> bool:
         if child.dropped_attributes != twin.dropped_attributes or not _same_view(root):
             return False
         child.add_event("e", {"a": "b"}, timestamp=2_500)
-        if _fast_fields(child) != _public_fields(child) or dict(_fast_attributes(child)) != dict(
-            child.attributes or {}
-        ):
-            return False
-        if not _same_view(child):
+        if dict(_fast_attributes(child)) != dict(child.attributes or {}) or not _same_view(child):
             return False
         child.end(end_time=3_000)
         snapshot = child._readable_span()
-        if _fast_fields(snapshot) != _public_fields(snapshot) or not _same_view(snapshot):
+        if not _same_view(snapshot):
             return False
         if list(_fast_events(snapshot)) != list(_public_events(snapshot)):
             return False
@@ -324,14 +277,12 @@ def _probe() -> bool:
 FAST_PATH = _probe()
 attributes_of = _fast_attributes if FAST_PATH else _public_attributes
 attributes_of.__doc__ = "The span's attributes as a read-only mapping (never None)."
-fields_of = _fast_fields if FAST_PATH else _public_fields
-fields_of.__doc__ = "The span's ids, flags, parent, name, kind, scope name and times (see SpanFields)."
 events_of = _fast_events if FAST_PATH else _public_events
 events_of.__doc__ = "The events of an ended span, in order (read-only)."
 context_of = _fast_context if FAST_PATH else _public_context
 # A Python docstring cannot be set on an attrgetter: what they return is described above.
 view_of = _fast_view if FAST_PATH else _public_view
-# For a span view_of raised AttributeError on (no instrumentation scope): never raises.
+# For a span view_of raised AttributeError on (no scope, hand-built attributes): never raises.
 view_of_any = _public_view
 set_label = _fast_label if FAST_PATH else _public_label
 set_label.__doc__ = "Set attributes valid by construction (str, float) on a live span, as set_attributes would."

@@ -182,11 +182,7 @@ class StageClassifier:
         return AttributeDecision(tuple(found)) if found else -1
 
     def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
-        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left.
-
-        The hot path calls this first and reads a span's attributes only when the answer
-        is an :class:`AttributeDecision`.
-        """
+        """What name, kind and scope decide: a stage index (or -1), or the attribute rules left."""
         key = (scope, name, id(kind))
         entry = self._cache.get(key)
         if entry is None:
@@ -196,8 +192,13 @@ class StageClassifier:
         return entry
 
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
-        """Index of the matching stage in config order, or -1 for no stage."""
-        entry = self.prepare(name, kind, scope)
+        """Index of the matching stage in config order, or -1 for no stage.
+
+        This runs at the start and end of every span: the cache lookup is inlined.
+        """
+        entry = self._cache.get((scope, name, id(kind)))
+        if entry is None:
+            entry = self.prepare(name, kind, scope)
         return entry if entry.__class__ is int else entry.decide(attributes)  # type: ignore[union-attr]
 
 

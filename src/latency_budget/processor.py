@@ -17,8 +17,8 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
@@ -34,7 +34,6 @@ from latency_budget._sdk_internals import (
     TRACE_ID,
     ContextTuple,
     annotated_copy,
-    attributes_of,
     context_of,
     events_of,
     set_label,
@@ -245,11 +244,11 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     def _start(self, span: Span, ctx: ContextTuple) -> None:
         try:
-            parent, name, kind, scope, start, _ = view_of(span)
-        except AttributeError:  # a span without an instrumentation scope
-            parent, name, kind, scope, start, _ = view_of_any(span)
+            parent, name, kind, scope, start, _, attributes = view_of(span)
+        except AttributeError:  # no instrumentation scope, or attributes built by hand
+            parent, name, kind, scope, start, _, attributes = view_of_any(span)
         if parent is None or parent[IS_REMOTE]:
-            self._start_root(span, ctx, name, kind, scope, start or 0)
+            self._start_root(span, ctx, name, kind, scope, start or 0, attributes)
             return
         state = self._by_trace.get(ctx[TRACE_ID])
         if state is None:
@@ -257,14 +256,21 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.shared:
             state = self._register_shared(state, ctx, parent)
         state.referenced = True  # unlocked: a benign race on an LRU hint
-        entry = state.config.classifier.prepare(name, kind, scope)
-        stage = entry if entry.__class__ is int else entry.decide(attributes_of(span))  # type: ignore[union-attr]
+        stage = state.config.classifier.classify(name, kind, scope, attributes)
         if stage >= 0:
             _label(span, state.budgets.stages[stage])
 
-    def _start_root(self, span: Span, ctx: ContextTuple, name: str, kind: SpanKind, scope: str, start: int) -> None:
+    def _start_root(
+        self,
+        span: Span,
+        ctx: ContextTuple,
+        name: str,
+        kind: SpanKind,
+        scope: str,
+        start: int,
+        attributes: Mapping[str, Any],
+    ) -> None:
         config = self._config
-        attributes = attributes_of(span)
         stage = config.classifier.classify(name, kind, scope, attributes)
         budgets = config.budgets_for_root(name, kind, scope, attributes)
         span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
@@ -348,9 +354,9 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _end(self, span: ReadableSpan, ctx: ContextTuple, state: TraceState) -> Annotated | None:
         """Record an ended span of an accounted trace; the copy to forward, if it gains attributes."""
         try:
-            parent, name, kind, scope, start, end = view_of(span)
-        except AttributeError:  # a span without an instrumentation scope
-            parent, name, kind, scope, start, end = view_of_any(span)
+            parent, name, kind, scope, start, end, attributes = view_of(span)
+        except AttributeError:  # no instrumentation scope, or attributes built by hand
+            parent, name, kind, scope, start, end, attributes = view_of_any(span)
         # Spans built by hand may lack timestamps: they count as zero-length.
         start = start or 0
         end = end or start
@@ -358,24 +364,21 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.shared:
             with self._lock:
                 state = self._owners.get(span_id, state)
-        # The stage set at start, or (for attributes set later) the stage the final
-        # attributes give. Attributes are read only when the rules look at them.
+        # The stage set at start, or (for attributes set later) the stage the final attributes give.
         config = state.config
-        entry = config.classifier.prepare(name, kind, scope)
         late_match = False
-        if entry.__class__ is int:
-            stage: int = entry
+        named = attributes.get(attr.STAGE)
+        if named.__class__ is str:
+            stage = config.stage_index.get(named, -1)
         else:
-            attributes = attributes_of(span)
-            named = attributes.get(attr.STAGE)
-            if named.__class__ is str:
-                stage = config.stage_index.get(named, -1)
-            else:
-                stage = entry.decide(attributes)  # type: ignore[union-attr]
-                late_match = stage >= 0
+            classifier = config.classifier
+            stage = classifier.classify(name, kind, scope, attributes)
+            # A span its name alone puts in a stage was labelled at start (unless the
+            # span's attribute limits dropped the label: then it stays dropped).
+            late_match = stage >= 0 and classifier.prepare(name, kind, scope).__class__ is not int
         parent_id = parent[SPAN_ID] if parent is not None else None
         if span_id == state.root_id:
-            return self._end_root(span, state, stage, late_match, parent_id, name, start, end)
+            return self._end_root(span, state, stage, late_match, parent_id, name, start, end, attributes)
         if stage < 0:  # the common case: record, forward untouched
             state.referenced = True
             state.last_seen = end
@@ -386,7 +389,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 state.truncated = True
             return None
         ttft = time_to_first_token_ns(
-            config.stages[stage].first_token, start, attributes_of(span), lambda: events_of(span)
+            config.stages[stage].first_token, start, attributes, lambda: events_of(span)
         )
         if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
             with self._lock:
@@ -404,6 +407,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         name: str,
         start: int,
         end: int,
+        attributes: Mapping[str, Any],
     ) -> Annotated | None:
         """Detach the trace of a local root that ended, judge it and annotate the root."""
         with self._lock:
@@ -414,7 +418,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         ttft = None
         if stage >= 0:
             ttft = time_to_first_token_ns(
-                state.config.stages[stage].first_token, start, attributes_of(root), lambda: events_of(root)
+                state.config.stages[stage].first_token, start, attributes, lambda: events_of(root)
             )
         # No span can be recorded any more: the root always fits, past max_spans too.
         state.spans.append((state.root_id, parent_id, start, end, stage))
