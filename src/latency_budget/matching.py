@@ -125,11 +125,13 @@ class AttributeDecision:
                     table.setdefault(value, stage)  # rules are in order: keep the first stage
             self.index = tuple(by_key.items())
         # Every rule requires at least one key; if none of these is present, nothing matches.
-        self.gate = frozenset(rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules)
+        self.gate: frozenset[str] | None = frozenset(
+            rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules
+        )
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         """Index of the first candidate's stage that these attributes satisfy, or -1."""
-        if self.gate.isdisjoint(attributes):
+        if self.gate is not None and self.gate.isdisjoint(attributes):
             return -1
         index = self.index
         if index is None:
@@ -159,7 +161,7 @@ class StageClassifier:
     (still precompiled) rules, so high-cardinality span names cannot exhaust memory.
     """
 
-    __slots__ = ("_cache", "_max_cache", "_rules")
+    __slots__ = ("_by_name", "_cache", "_max_cache", "_rules")
 
     def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
         self._rules = tuple(rules)
@@ -167,6 +169,10 @@ class StageClassifier:
         # runs Python code, which costs more than the rest of the lookup.
         self._cache: dict[tuple[str, str, int], int | AttributeDecision] = {}
         self._max_cache = max_cache
+        # The hot path's first try: span name -> (scope, kind, decision) of the first
+        # entry cached for that name. A string's hash is cached, a tuple's is not, and
+        # a name almost always comes with one scope and kind.
+        self._by_name: dict[str, tuple[str, SpanKind, int | AttributeDecision]] = {}
 
     def _decision(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
         found: list[tuple[int, MatchRule]] = []
@@ -189,17 +195,23 @@ class StageClassifier:
             entry = self._decision(name, kind, scope)
             if len(self._cache) < self._max_cache:
                 self._cache[key] = entry
+                self._by_name.setdefault(name, (scope, kind, entry))
         return entry
 
     def classify(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> int:
         """Index of the matching stage in config order, or -1 for no stage.
 
-        This runs at the start and end of every span: the cache lookup is inlined.
+        This runs at the start and end of every span, so the common cases (a cached
+        decision, a span with none of the keys the rules look at) are inlined.
         """
-        entry = self._cache.get((scope, name, id(kind)))
-        if entry is None:
-            entry = self.prepare(name, kind, scope)
-        return entry if entry.__class__ is int else entry.decide(attributes)  # type: ignore[union-attr]
+        hit = self._by_name.get(name)
+        entry = hit[2] if hit is not None and hit[1] is kind and hit[0] == scope else self.prepare(name, kind, scope)
+        if entry.__class__ is int:
+            return entry
+        gate = entry.gate  # type: ignore[union-attr]
+        if gate is not None and gate.isdisjoint(attributes):
+            return -1
+        return entry.decide(attributes)  # type: ignore[union-attr]
 
 
 class _Ordered(AttributeDecision):
@@ -210,7 +222,7 @@ class _Ordered(AttributeDecision):
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
         self.index = None
-        self.gate = frozenset()
+        self.gate = None  # the last rule holds whatever the attributes
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         for stage, rule in self.rules:

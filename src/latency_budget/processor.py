@@ -388,9 +388,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             else:
                 state.truncated = True
             return None
-        ttft = time_to_first_token_ns(
-            config.stages[stage].first_token, start, attributes, lambda: events_of(span)
-        )
+        ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: events_of(span))
         if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
             with self._lock:
                 state.record_overflow(stage, start, end, ttft)
