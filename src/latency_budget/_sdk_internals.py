@@ -197,8 +197,12 @@ def _fast_copy(
     fields["_attributes"] = {**_fast_attributes(span), **attributes}
     if events:
         fields["_events"] = (*span._events, *events)
-    fields["_copied_dropped_attributes"] = span.dropped_attributes
-    fields["_copied_dropped_events"] = span.dropped_events
+    # What the dropped_* properties return, without their isinstance checks when the
+    # SDK's bounded containers hold the count; otherwise (a copy of a copy) the property.
+    dropped = getattr(span._attributes, "dropped", None)
+    fields["_copied_dropped_attributes"] = dropped if dropped is not None else span.dropped_attributes
+    dropped = getattr(span._events, "dropped", None)
+    fields["_copied_dropped_events"] = dropped if dropped is not None else span.dropped_events
     return copy
 
 

@@ -258,7 +258,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         state.referenced = True  # unlocked: a benign race on an LRU hint
         stage = state.config.classifier.classify(name, kind, scope, attributes)
         if stage >= 0:
-            _label(span, state.budgets.stages[stage])
+            set_label(span, state.budgets.stages[stage].label)
 
     def _start_root(
         self,
@@ -286,7 +286,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 self._owners[span_id] = state
                 state.owned.append(span_id)
         if stage >= 0:
-            _label(span, budgets.stages[stage])
+            set_label(span, budgets.stages[stage].label)
 
     def _register_shared(self, first: TraceState, ctx: ContextTuple, parent: ContextTuple) -> TraceState:
         """The state a span of a trace with several local roots belongs to: its parent's."""
@@ -439,14 +439,6 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._by_trace = {}
         self._owners = {}
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
-
-
-def _label(span: Span, budget: StageBudget) -> None:
-    """What every stage span carries from its start: its stage and the stage's budget."""
-    if budget.budget_ms is None:
-        set_label(span, {attr.STAGE: budget.name})
-    else:
-        set_label(span, {attr.STAGE: budget.name, attr.BUDGET_MS: float(budget.budget_ms)})
 
 
 def _span_attributes(budget: StageBudget, late_match: bool, start: int, end: int) -> dict[str, AttributeValue]:

@@ -81,10 +81,25 @@ def test_label_is_visible_on_the_live_span() -> None:
     """Other processors and the application see the label on the live span, before it ends."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(
-        LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), SimpleSpanProcessor(exporter))
-    )
+    provider.add_span_processor(LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), SimpleSpanProcessor(exporter)))
     tracer = provider.get_tracer("tests")
     with tracer.start_as_current_span("request"), tracer.start_as_current_span("chat", attributes=op("chat")) as chat:
         assert isinstance(chat, ReadableSpan)
         assert dict(chat.attributes or {}) == {**op("chat"), attr.STAGE: "model_call", attr.BUDGET_MS: 800.0}
+
+
+def test_copies_of_copies_keep_the_dropped_counts() -> None:
+    """Two processors in a chain: the root, copied twice, still reports what the SDK dropped."""
+    exporter = InMemorySpanExporter()
+    budgets = load_budgets(text=TECHCORP_YAML)
+    inner = LatencyBudgetProcessor(budgets, SimpleSpanProcessor(exporter))
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=2))
+    provider.add_span_processor(LatencyBudgetProcessor(budgets, inner))
+    root = provider.get_tracer("tests").start_span("request", attributes={"a": 1, "b": 2, "c": 3, "d": 4})
+    root.end()
+    (exported,) = exporter.get_finished_spans()
+    assert isinstance(root, ReadableSpan)
+    assert root.dropped_attributes == 2
+    assert exported.dropped_attributes == 2
+    assert exported is not root
+    assert (exported.attributes or {})[attr.VIOLATED] is False

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from opentelemetry.trace import SpanKind
 
+from latency_budget import attributes as attr
 from latency_budget.matching import MatchRule, StageClassifier
 
 __all__ = [
@@ -51,6 +53,15 @@ class StageBudget:
     max_calls: int | None = None
     severity: Severity = "error"
     parallelizable: bool = False
+    # What a span of this stage carries from its start (see the attribute contract),
+    # built once here rather than on every span.
+    label: Mapping[str, str | float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        label: dict[str, str | float] = {attr.STAGE: self.name}
+        if self.budget_ms is not None:
+            label[attr.BUDGET_MS] = float(self.budget_ms)
+        object.__setattr__(self, "label", MappingProxyType(label))
 
 
 @dataclass(frozen=True, slots=True)
