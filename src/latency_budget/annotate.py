@@ -20,7 +20,7 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
     out: AttributeMap = {}
     for stage in report.stages:
         name = stage.stage
-        keys = _stage_keys(name)
+        keys = _KEYS.get(name) or _stage_keys(name)
         if stage.count:
             out[keys[0]] = float(stage.actual_ms)
             out[keys[1]] = float(stage.busy_ms)
