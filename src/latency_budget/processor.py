@@ -92,8 +92,8 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     Memory is bounded by ``max_active_traces`` (least recently used traces are evicted
     first), ``max_spans_per_trace`` (stage spans remembered per trace) and
-    ``idle_ttl_s`` (a trace with no span activity for that long is dropped when new
-    traces arrive). Evicted traces are forwarded unannotated and counted.
+    ``idle_ttl_s`` (a trace none of whose spans ended for that long, in span timestamps,
+    is dropped when new traces arrive: set it above the longest single span). Evicted traces are forwarded unannotated and counted.
 
     Live reload: with ``reload_interval_s`` (or ``OTEL_LATENCY_BUDGET_RELOAD_INTERVAL``)
     and budgets from a file (a path, or a config whose ``source`` is a file), a daemon
