@@ -93,7 +93,8 @@ class LatencyBudgetProcessor(SpanProcessor):
     Memory is bounded by ``max_active_traces`` (least recently used traces are evicted
     first), ``max_spans_per_trace`` (stage spans remembered per trace) and
     ``idle_ttl_s`` (a trace none of whose spans ended for that long, in span timestamps,
-    is dropped when new traces arrive: set it above the longest single span). Evicted traces are forwarded unannotated and counted.
+    is dropped when new traces arrive: set it above the longest single span). Evicted
+    traces are forwarded unannotated and counted.
 
     Live reload: with ``reload_interval_s`` (or ``OTEL_LATENCY_BUDGET_RELOAD_INTERVAL``)
     and budgets from a file (a path, or a config whose ``source`` is a file), a daemon
@@ -388,12 +389,15 @@ class LatencyBudgetProcessor(SpanProcessor):
             else:
                 state.truncated = True
             return None
-        ttft = time_to_first_token_ns(config.stages[stage].first_token, start, attributes, lambda: events_of(span))
+        sources = config.stages[stage].first_token
+        ttft = time_to_first_token_ns(sources, start, attributes, lambda: events_of(span)) if sources else None
         if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
             with self._lock:
                 state.record_overflow(stage, start, end, ttft)
-        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end)
-        return (annotated_copy(span, extra), None) if extra else None
+        budget = state.budgets.stages[stage]
+        if not late_match and (budget.budget_ms is None or (end - start) / 1e6 <= budget.budget_ms):
+            return None  # within its own budget, labelled at start: forwarded untouched
+        return annotated_copy(span, _span_attributes(budget, late_match, start, end)), None
 
     def _end_root(
         self,
