@@ -430,10 +430,15 @@ class LatencyBudgetProcessor(SpanProcessor):
             with self._lock:
                 self._truncated += 1
         report = state.report(start, end, trace_id=state.trace_id, root_name=name)
-        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end) if stage >= 0 else {}
-        attributes = {**extra, **root_attributes(report, truncated=state.truncated)}
-        events = [Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations]
-        events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
+        attributes = root_attributes(report, truncated=state.truncated)
+        if stage >= 0:
+            attributes = {**_span_attributes(state.budgets.stages[stage], late_match, start, end), **attributes}
+        events: list[Event] = []
+        if report.violations or report.hints:
+            events.extend(
+                Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations
+            )
+            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
         return annotated_copy(root, attributes, events), report
 
     def _reset_after_fork(self) -> None:
