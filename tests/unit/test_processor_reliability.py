@@ -602,3 +602,22 @@ def test_forked_child_starts_with_no_traces_in_flight() -> None:
     exported_root = p.span("request")
     assert exported_root.attributes is not None
     assert exported_root.attributes[attr.OVER_BUDGET_STAGES] == ("model_call",)
+
+
+def test_truncated_trace_keeps_first_token_of_spans_past_the_limit() -> None:
+    """Stage spans past max_spans_per_trace still give the stage's worst and the trace's earliest first token."""
+    p = pipeline(max_spans_per_trace=1)
+    root = p.start("request", 0)
+    # Recorded: the first chat. Past the limit: the two others, one with the worst time
+    # to first token, one with the earliest first token in the trace.
+    p.run("chat-1", 100, 1_000, parent=root, attributes={**op("chat"), "gen_ai.response.time_to_first_chunk": 0.3})
+    p.run("chat-2", 200, 1_100, parent=root, attributes={**op("chat"), "gen_ai.response.time_to_first_chunk": 0.5})
+    p.run("chat-3", 10, 1_200, parent=root, attributes={**op("chat"), "gen_ai.response.time_to_first_chunk": 0.05})
+    root.end(end_time=at(1_300))
+
+    exported_root = p.span("request")
+    assert exported_root.attributes is not None
+    assert exported_root.attributes[attr.TRUNCATED] is True
+    assert exported_root.attributes[attr.stage_key("model_call", "count")] == 3
+    assert exported_root.attributes[attr.stage_key("model_call", "first_token_ms")] == 500.0
+    assert exported_root.attributes[attr.FIRST_TOKEN_MS] == 60.0
