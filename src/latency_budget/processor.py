@@ -381,23 +381,15 @@ class LatencyBudgetProcessor(SpanProcessor):
         if span_id == state.root_id:
             return self._end_root(span, state, stage, late_match, parent_id, name, start, end, attributes)
         if stage < 0:  # the common case: record, forward untouched
-            state.referenced = True
-            state.last_seen = end
-            spans = state.spans
-            if len(spans) < self._max_spans:
-                spans.append((span_id, parent_id, start, end, -1))
-            else:
-                state.truncated = True
+            state.record(span_id, parent_id, -1, start, end, None, self._max_spans)
             return None
         sources = config.stages[stage].first_token
         ttft = time_to_first_token_ns(sources, start, attributes, lambda: events_of(span)) if sources else None
         if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
             with self._lock:
                 state.record_overflow(stage, start, end, ttft)
-        budget = state.budgets.stages[stage]
-        if not late_match and (budget.budget_ms is None or (end - start) / 1e6 <= budget.budget_ms):
-            return None  # within its own budget, labelled at start: forwarded untouched
-        return annotated_copy(span, _span_attributes(budget, late_match, start, end)), None
+        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end)
+        return (annotated_copy(span, extra), None) if extra else None
 
     def _end_root(
         self,
