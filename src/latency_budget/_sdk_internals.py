@@ -1,4 +1,4 @@
-"""The one place that reads OpenTelemetry SDK internals, for speed, with a public fallback.
+"""The one place that touches OpenTelemetry SDK internals, for speed, with a public fallback.
 
 The processor runs on every span, and on CPython 3.11 each property read of an SDK span
 (``span.context``, ``span.name``, ``span.attributes``, ...) costs about as much as ten
@@ -30,7 +30,6 @@ __all__ = [
     "ContextTuple",
     "SpanView",
     "annotated_copy",
-    "attributes_of",
     "context_of",
     "events_of",
     "set_label",
@@ -52,10 +51,6 @@ SpanView = tuple["ContextTuple | None", str, SpanKind, str, "int | None", "int |
 
 
 # -- public API versions (the fallback, and the reference the probe compares with) --------
-
-
-def _public_attributes(span: ReadableSpan) -> Mapping[str, Any]:
-    return span.attributes or _EMPTY
 
 
 def _public_events(span: ReadableSpan) -> Sequence[Event]:
@@ -279,8 +274,6 @@ def _probe() -> bool:
 
 
 FAST_PATH = _probe()
-attributes_of = _fast_attributes if FAST_PATH else _public_attributes
-attributes_of.__doc__ = "The span's attributes as a read-only mapping (never None)."
 events_of = _fast_events if FAST_PATH else _public_events
 events_of.__doc__ = "The events of an ended span, in order (read-only)."
 context_of = _fast_context if FAST_PATH else _public_context
