@@ -161,10 +161,18 @@ class StageClassifier:
     (still precompiled) rules, so high-cardinality span names cannot exhaust memory.
     """
 
-    __slots__ = ("_by_name", "_cache", "_max_cache", "_rules")
+    __slots__ = ("_by_name", "_cache", "_max_cache", "_rules", "late_gate")
 
     def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
         self._rules = tuple(rules)
+        # For a span that was not labelled at start: when every rule needs an attribute,
+        # a span with none of the keys they require matches nothing, whatever its name.
+        # None when some rule matches on name, kind or scope alone (then classify).
+        self.late_gate: frozenset[str] | None = None
+        if all(rule.needs_attributes for _, rule in self._rules):
+            self.late_gate = frozenset(
+                rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in self._rules
+            )
         # Keyed by id(kind): SpanKind members are singletons, and hashing an Enum member
         # runs Python code, which costs more than the rest of the lookup.
         self._cache: dict[tuple[str, str, int], int | AttributeDecision] = {}

@@ -124,6 +124,11 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._downstream: SpanProcessor = downstream
         self._forward_start = downstream.on_start
         self._forward_end = downstream.on_end
+        # The SDK's private hook for a span that is ending (newer SDKs): nothing of ours to
+        # do there, so the provider calls downstream's own method, with no frame of ours.
+        ending = getattr(downstream, "_on_ending", None)
+        if ending is not None:
+            self._on_ending = ending  # type: ignore[method-assign]
         if on_report is None:
             self._on_report: tuple[ReportCallback, ...] = ()
         elif callable(on_report):
@@ -371,6 +376,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         named = attributes.get(attr.STAGE)
         if named.__class__ is str:
             stage = config.stage_index.get(named, -1)
+        elif (gate := config.classifier.late_gate) is not None and gate.isdisjoint(attributes):
+            stage = -1  # the common case: no rule can match these attributes
         else:
             classifier = config.classifier
             stage = classifier.classify(name, kind, scope, attributes)

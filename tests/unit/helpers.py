@@ -36,6 +36,7 @@ class RecordingProcessor(SpanProcessor):
 
     def __init__(self, *, flush_result: bool = True) -> None:
         self.started: list[ReadableSpan] = []
+        self.ending: list[Span] = []
         self.ended: list[ReadableSpan] = []
         self.shutdowns = 0
         self.flushes: list[int] = []
@@ -43,6 +44,9 @@ class RecordingProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.started.append(span)
+
+    def _on_ending(self, span: Span) -> None:  # the SDK's private hook before on_end (newer SDKs)
+        self.ending.append(span)
 
     def on_end(self, span: ReadableSpan) -> None:
         self.ended.append(span)

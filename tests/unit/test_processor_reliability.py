@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import (
     Decision,
     ParentBased,
@@ -507,6 +507,23 @@ def test_unsampled_traces_never_reach_the_processor() -> None:
 
 
 # -- lifecycle -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hasattr(SpanProcessor, "_on_ending"), reason="this SDK has no _on_ending hook")
+def test_on_ending_reaches_downstream_with_the_live_span() -> None:
+    """The SDK's hook for a span that is ending reaches downstream, once per span, with the span itself."""
+    downstream = RecordingProcessor()
+    processor = LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), downstream)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    root = tracer.start_span("request", start_time=at(0))
+    child = tracer.start_span("SELECT", trace.set_span_in_context(root), start_time=at(1))
+    child.end(end_time=at(2))
+    root.end(end_time=at(3))
+
+    assert downstream.ending == [child, root]
+    assert len(downstream.ended) == 2
 
 
 def test_shutdown_passes_through_once() -> None:

@@ -103,3 +103,21 @@ def test_copies_of_copies_keep_the_dropped_counts() -> None:
     assert exported.dropped_attributes == 2
     assert exported is not root
     assert (exported.attributes or {})[attr.VIOLATED] is False
+
+
+def test_span_whose_label_its_limits_dropped_is_still_counted() -> None:
+    """A name-matched stage span with no room for the label is still in the root's report."""
+    exporter = InMemorySpanExporter()
+    processor = LatencyBudgetProcessor(load_budgets(text=BY_NAME_YAML), SimpleSpanProcessor(exporter))
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=1))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    root = tracer.start_span("request", start_time=at(0))
+    labelled = tracer.start_span("retrieve", trace.set_span_in_context(root), attributes={"a": 1}, start_time=at(0))
+    labelled.end(end_time=at(150))
+    root.end(end_time=at(200))
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert attr.STAGE not in (spans["retrieve"].attributes or {})
+    root_attributes = spans["request"].attributes or {}
+    assert root_attributes[attr.stage_key("retrieval", "count")] == 1
+    assert root_attributes[attr.OVER_BUDGET_STAGES] == ("retrieval",)
