@@ -3,12 +3,13 @@
 The rule, walking backwards from the local root's end (as Jaeger's critical-path view):
 
 1. Start at the root with a cursor at its end.
-2. Among the span's children, take the one that finished last at or before the cursor
-   (a child still running at the cursor is cut at the cursor; between children that
-   finished at the same instant, the one that started first, then the lower span id). The time between that
-   child's end and the cursor is the span's own time on the critical path.
+2. Take the span's children in the order they finished, latest first (between children
+   that finished at the same instant, the one that started first, then the lower span
+   id), skipping those that end up empty: a child still running at the cursor is cut at
+   the cursor, and its part before the span's start is cut off. The time between the
+   next child's (cut) end and the cursor is the span's own time on the critical path.
 3. Walk into that child with the cursor at its (cut) end, then move the span's cursor
-   to the child's start, and repeat step 2 with the children that end before it.
+   to the child's (cut) start and go on with the next child in that order.
 4. When no child is left, the time from the span's start to the cursor is its own.
 
 Children are cut to their parent's interval, so the pieces partition the root's
@@ -35,10 +36,10 @@ def critical_path_ns(
     them, and is identified by ``root_id``). Spans whose parent was not recorded are
     unreachable and their time counts for the nearest recorded ancestor.
     """
-    # Children per parent as (-end, start, id, stage): a plain sort puts the latest end
-    # first; on equal ends the earlier start (the longer child), then the lower id, so
+    # Children per parent as (-end, start, id, stage, end): a plain sort puts the latest
+    # end first; on equal ends the earlier start (the longer child), then the lower id, so
     # the path does not depend on the order in which spans were recorded.
-    children: dict[int, list[tuple[int, int, int, int]]] = {}
+    children: dict[int, list[tuple[int, int, int, int, int]]] = {}
     root_stage = -1
     for span_id, parent_id, start, end, stage in spans:
         if span_id == root_id:
@@ -46,47 +47,38 @@ def critical_path_ns(
         elif parent_id is not None:
             siblings = children.get(parent_id)
             if siblings is None:
-                children[parent_id] = [(-end, start, span_id, stage)]
+                children[parent_id] = [(-end, start, span_id, stage, end)]
             else:
-                siblings.append((-end, start, span_id, stage))
+                siblings.append((-end, start, span_id, stage, end))
     for siblings in children.values():
         if len(siblings) > 1:
             siblings.sort()
 
+    # Only stage time is added up; the pieces partition the root's window, so what is
+    # left of it is unattributed. Work items: (span id, window start, cursor, owner stage).
     per_stage = [0] * stage_count
-    unattributed = 0
-    # Work items: (span id, window start, cursor, stage owning the span's own time).
     stack: list[tuple[int, int, int, int]] = [(root_id, root_start, root_end, root_stage)]
     while stack:
         span_id, start, cursor, owner = stack.pop()
         kids = children.get(span_id)
         if kids is not None:
-            for neg_end, begin, child_id, child_stage in kids:
+            for _, kid_start, child_id, kid_stage, kid_end in kids:
                 if cursor <= start:
                     break
-                child_end = -neg_end
-                if child_end > cursor:
-                    child_end = cursor
-                child_start = begin if begin > start else start
-                if child_end <= child_start:
+                child_end = cursor if kid_end > cursor else kid_end
+                begin = start if kid_start < start else kid_start
+                if child_end <= begin:
                     continue
-                own = cursor - child_end  # the span's own time after this child
-                if own > 0:
-                    if owner >= 0:
-                        per_stage[owner] += own
-                    else:
-                        unattributed += own
-                child_owner = child_stage if child_stage >= 0 else owner
+                if owner >= 0:  # the span's own time after this child
+                    per_stage[owner] += cursor - child_end
+                child_stage = kid_stage if kid_stage >= 0 else owner
                 if child_id in children:
-                    stack.append((child_id, child_start, child_end, child_owner))
-                elif child_owner >= 0:  # a leaf: all of its window is its own time
-                    per_stage[child_owner] += child_end - child_start
-                else:
-                    unattributed += child_end - child_start
-                cursor = child_start
-        if cursor > start:
-            if owner >= 0:
-                per_stage[owner] += cursor - start
-            else:
-                unattributed += cursor - start
+                    stack.append((child_id, begin, child_end, child_stage))
+                elif child_stage >= 0:  # a leaf: all of its window is its own time
+                    per_stage[child_stage] += child_end - begin
+                cursor = begin
+        if owner >= 0 and cursor > start:
+            per_stage[owner] += cursor - start
+    total = root_end - root_start
+    unattributed = total - sum(per_stage) if total > 0 else 0
     return per_stage, unattributed

@@ -208,6 +208,60 @@ def test_critical_time_partitions_the_root_duration(tree: tuple[list[RecordedSpa
     assert sum(per_stage) + unattributed == end - start
 
 
+def critical_path_oracle(
+    root_id: int, root_start: int, root_end: int, spans: list[RecordedSpan], stage_count: int
+) -> tuple[list[int], int]:
+    """The module's rule written plainly: recursion, a full sort per span, every piece credited."""
+    per_stage = [0] * stage_count
+    unattributed = 0
+
+    def credit(owner: int, length: int) -> None:
+        nonlocal unattributed
+        if owner >= 0:
+            per_stage[owner] += length
+        else:
+            unattributed += length
+
+    def walk(span_id: int, start: int, cursor: int, owner: int) -> None:
+        kids = [s for s in spans if s[1] == span_id and s[0] != root_id]
+        for child_id, _, child_start, child_end, stage in sorted(kids, key=lambda s: (-s[3], s[2], s[0])):
+            end, begin = min(child_end, cursor), max(child_start, start)
+            if cursor <= start or end <= begin:
+                continue
+            credit(owner, cursor - end)
+            walk(child_id, begin, end, stage if stage >= 0 else owner)
+            cursor = begin
+        credit(owner, max(0, cursor - start))
+
+    root_stage = next((s[4] for s in spans if s[0] == root_id), -1)
+    walk(root_id, root_start, root_end, root_stage)
+    return per_stage, unattributed
+
+
+@st.composite
+def trees_with_ties(draw: st.DrawFn) -> tuple[list[RecordedSpan], int, int]:
+    """Random trees on a coarse time grid (so ends and starts tie), some spans orphaned."""
+    count = draw(st.integers(min_value=1, max_value=16))
+    root_end = draw(st.integers(min_value=-1, max_value=8)) * 10
+    spans: list[RecordedSpan] = [(1, None, 0, root_end, draw(st.integers(-1, 2)))]
+    for span_id in range(2, count + 1):
+        # Mostly children of the root; a parent above span_id - 1 is never recorded before it.
+        parent = draw(st.one_of(st.just(1), st.integers(min_value=1, max_value=span_id + 2)))
+        start = draw(st.integers(min_value=-1, max_value=8))
+        end = draw(st.integers(min_value=start, max_value=9))
+        spans.append((span_id, parent, start * 10, end * 10, draw(st.integers(-1, 2))))
+    draw(st.randoms(use_true_random=False)).shuffle(spans)
+    return spans, 0, root_end
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(random_trees(), trees_with_ties()))
+def test_critical_path_equals_the_plain_rule(tree: tuple[list[RecordedSpan], int, int]) -> None:
+    """The fast walk gives exactly what the rule, written plainly, gives: ties, cuts, orphans, any order."""
+    spans, start, end = tree
+    assert critical_path_ns(1, start, end, spans, 3) == critical_path_oracle(1, start, end, spans, 3)
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.lists(st.integers(min_value=1, max_value=500), min_size=2, max_size=6),
