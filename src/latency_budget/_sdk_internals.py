@@ -187,8 +187,7 @@ def _fast_copy(
     span: ReadableSpan, attributes: Mapping[str, AttributeValue], events: Sequence[Event] = ()
 ) -> ReadableSpan:
     copy = _FastAnnotatedSpan.__new__(_FastAnnotatedSpan)
-    fields = copy.__dict__
-    fields.update(span.__dict__)
+    copy.__dict__ = fields = span.__dict__.copy()  # a clone of the dict: cheaper than update()
     fields["_attributes"] = {**_fast_attributes(span), **attributes}
     if events:
         fields["_events"] = (*span._events, *events)
