@@ -29,13 +29,13 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
                 out[keys[3]] = float(stage.budget_ms)
             if stage.first_token_ms is not None:
                 out[keys[4]] = float(stage.first_token_ms)
-        if stage.critical_ms:
-            out[keys[5]] = float(stage.critical_ms)
-            if stage.critical_ms > critical_best:
-                critical_stage, critical_best = name, stage.critical_ms
-        for violation in stage.violations:
-            (over if violation.severity == "error" else warn).append(name)
-            break
+        critical = stage.critical_ms
+        if critical:
+            out[keys[5]] = float(critical)
+            if critical > critical_best:
+                critical_stage, critical_best = name, critical
+        if stage.violations:
+            (over if stage.violations[0].severity == "error" else warn).append(name)
     violated = bool(over) or any(v.severity == "error" for v in report.violations)
     out[attr.VIOLATED] = violated
     out[attr.OVER_BUDGET_STAGES] = tuple(over)
