@@ -159,10 +159,15 @@ class TraceState:
                 continue
             found = recorded or []
             count = len(found)
-            busy = 0
-            for start, end in found:
-                if end > start:
-                    busy += end - start
+            if count == 1:  # the common case: one call of the stage, its union is its length
+                ((start, end),) = found
+                busy = union = end - start if end > start else 0
+            else:
+                busy = 0
+                for start, end in found:
+                    if end > start:
+                        busy += end - start
+                union = union_length(found)
             ttft: int | None = worst_ttft[index]
             if extra is not None:
                 count += extra.count
@@ -171,13 +176,14 @@ class TraceState:
                     ttft = extra.first_token_ns
             counts[index] = count
             measurements[stages[index].name] = StageMeasurement(
-                union_length(found) / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
+                union / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
             )
         if measurements:
             critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, stage_count)
-            critical_ms: dict[str, float] | None = {
-                budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)
-            }
+            by_stage: dict[str, float] = {}
+            for budget, ns in zip(stages, critical, strict=True):
+                by_stage[budget.name] = ns / 1e6
+            critical_ms: dict[str, float] | None = by_stage
             unattributed_ms = unattributed / 1e6
             hints = find_hints(self.budgets, self.root_id, spans, counts)
         else:
