@@ -7,10 +7,10 @@ Run:  python benchmarks/instructions.py             (every case; about 20 minute
 For each case and each provider (baseline, candidate), a fresh interpreter runs under
 ``valgrind --tool=callgrind`` twice: once with 0 measured traces and once with k, after
 the same set-up and warm-up; the difference divided by k is the per-trace instruction
-count, with start-up, imports and warm-up subtracted out. Trace and span ids are seeded
-and hash randomisation is off, so counts repeat within about 0.1% and ratios within
-0.003 (what varies: when the exporter's background thread wakes, which valgrind's slow
-clock shifts; valgrind also serialises threads, so lock contention does not show here).
+count, with start-up, imports and warm-up subtracted out. Trace and span ids are seeded,
+hash randomisation is off and the exporter's worker only runs at shutdown (see
+quiet_batch_processor), so counts repeat to within about 0.05%. Valgrind serialises
+threads, so lock contention does not show here.
 
 The interpreter must be the real one, not a pyenv shim: pass --python or set
 LATENCY_BUDGET_BENCH_PYTHON when ``sys.executable`` is a wrapper.
@@ -29,7 +29,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from workloads import CASES, WIDE_CHILDREN, Case, provider, seed_ids, wide_case
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from workloads import CASES, WIDE_CHILDREN, Case, DiscardExporter, provider, seed_ids, wide_case
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,11 +58,26 @@ def _measured(key: str) -> int:
     return MEASURED.get(base, DEFAULT_MEASURED)
 
 
+def quiet_batch_processor() -> SpanProcessor:
+    """The benchmarks' downstream, a ``BatchSpanProcessor`` that discards, whose worker never wakes early.
+
+    The usual one's worker thread wakes every few seconds and whenever 512 spans wait,
+    and under valgrind, where a run takes minutes, how often a timer fires depends on
+    the machine's load: that moved counts by up to 2% between runs. With a queue and a
+    batch larger than a run's spans and a delay longer than a run, the worker exports
+    everything at shutdown, which both the 0-trace and the k-trace run include, so the
+    export's cost per span still counts, the same way in every run.
+    """
+    return BatchSpanProcessor(
+        DiscardExporter(), max_queue_size=1 << 20, max_export_batch_size=1 << 20, schedule_delay_millis=1e9
+    )
+
+
 def child(key: str, variant: str, units: int) -> None:
     """Run inside valgrind: set up, warm up, run ``units`` measured units, shut down."""
     case = _case(key)
     seed_ids()
-    tracer_provider, _ = provider(case, candidate=variant == "candidate")
+    tracer_provider, _ = provider(case, candidate=variant == "candidate", downstream=quiet_batch_processor)
     tracer = tracer_provider.get_tracer("bench", "1.0")
     case.run(tracer, max(1, min(50, _measured(key) // 4)))
     if units:
