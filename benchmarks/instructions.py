@@ -31,6 +31,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
 from workloads import CASES, WIDE_CHILDREN, Case, DiscardExporter, provider, seed_ids, wide_case
 
 HERE = Path(__file__).resolve().parent

@@ -139,7 +139,9 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._max_spans = max_spans_per_trace
         self._ttl_ns = int(idle_ttl_s * 1e9)
         self._lock = threading.Lock()
-        self._traces: dict[int, TraceState] = {}  # root span id -> state, oldest first (LRU order)
+        # Active traces, oldest first (LRU order), keyed by the state itself: root span ids
+        # need not be unique across traces (a deterministic id generator may repeat them).
+        self._traces: dict[TraceState, None] = {}
         self._by_trace: dict[int, TraceState] = {}  # trace id -> its first active local root
         self._owners: dict[int, TraceState] = {}  # span id -> state, for traces with several local roots
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
@@ -283,7 +285,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         state = TraceState(config, budgets, span_id, start, trace_id)
         with self._lock:
             self._admit(state, start)
-            self._traces[span_id] = state
+            self._traces[state] = None
             first = self._by_trace.setdefault(trace_id, state)
             if first is not state:
                 # A second local root of an active trace: from now on, spans of this
@@ -309,8 +311,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         for _ in range(2):  # a short clock sweep for idle traces, amortised over new roots
             if not traces:
                 break
-            root_id = next(iter(traces))
-            head = traces.pop(root_id)
+            head = next(iter(traces))
+            del traces[head]
             if now - head.last_seen > self._ttl_ns:
                 self._forget(head)
                 self._evicted_idle += 1
@@ -321,13 +323,13 @@ class LatencyBudgetProcessor(SpanProcessor):
                     self._ttl_ns / 1e9,
                 )
             else:
-                traces[root_id] = head
+                traces[head] = None
         while len(traces) >= self._max_traces:
-            root_id = next(iter(traces))
-            head = traces.pop(root_id)
+            head = next(iter(traces))
+            del traces[head]
             if head.referenced:  # second chance: recently active traces go to the back
                 head.referenced = False
-                traces[root_id] = head
+                traces[head] = None
                 continue
             self._forget(head)
             self._evicted_lru += 1
@@ -342,7 +344,7 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _forget(self, state: TraceState) -> None:
         """Detach a trace whose root ended or that was evicted. Holds the lock."""
         state.finished = True
-        self._traces.pop(state.root_id, None)
+        self._traces.pop(state, None)
         owners = self._owners
         for span_id in state.owned:
             owners.pop(span_id, None)

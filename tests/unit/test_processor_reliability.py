@@ -17,6 +17,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     Decision,
     ParentBased,
@@ -350,6 +351,46 @@ def test_lru_eviction_forwards_unannotated_counts_and_logs_once(
     assert stats.active_traces == 0
     evictions = [r for r in caplog.records if "active traces" in r.getMessage()]
     assert len(evictions) == 1
+
+
+class RootsShareASpanId(IdGenerator):
+    """Random trace ids; every span id 7 for spans with no parent, unique otherwise (a deterministic scheme)."""
+
+    def __init__(self) -> None:
+        self._random = RandomIdGenerator()
+        self.next_is_root = True
+
+    def generate_trace_id(self) -> int:
+        self.next_is_root = True  # the SDK draws a trace id only for a span with no parent
+        return self._random.generate_trace_id()
+
+    def generate_span_id(self) -> int:
+        is_root, self.next_is_root = self.next_is_root, False
+        return 7 if is_root else self._random.generate_span_id()
+
+
+def test_traces_whose_roots_share_a_span_id_are_bounded_separately() -> None:
+    """Two active traces whose local roots have the same span id each stay counted until their own root ends."""
+    downstream = RecordingProcessor()
+    processor = LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), downstream, max_active_traces=10)
+    provider = TracerProvider(id_generator=RootsShareASpanId(), shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    first = tracer.start_span("first", start_time=at(0))
+    second = tracer.start_span("second", start_time=at(1))
+    assert first.get_span_context().span_id == second.get_span_context().span_id == 7
+    assert processor.stats().active_traces == 2
+
+    first.end(end_time=at(10))
+    assert processor.stats().active_traces == 1
+    tool = tracer.start_span("tool", trace.set_span_in_context(second), attributes=op("execute_tool"), start_time=at(2))
+    tool.end(end_time=at(5))
+    second.end(end_time=at(20))
+
+    assert processor.stats().active_traces == 0
+    assert processor.stats().reports == 2
+    (exported,) = [s for s in downstream.ended if s.name == "second"]
+    assert (exported.attributes or {})[attr.stage_key("tool_calls", "count")] == 1
 
 
 def test_idle_traces_are_evicted_by_span_time(caplog: pytest.LogCaptureFixture, fresh_log_memory: None) -> None:
