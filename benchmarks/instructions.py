@@ -1,6 +1,6 @@
 """Per-trace instruction counts under valgrind's callgrind: deterministic overhead ratios.
 
-Run:  python benchmarks/instructions.py             (every case; about 20 minutes on 2 cores)
+Run:  python benchmarks/instructions.py             (every case; about 10 minutes on 2 cores)
       python benchmarks/instructions.py --case standard --case unmatched
       python benchmarks/overhead.py --instructions   (the same)
 
