@@ -60,6 +60,10 @@ Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
+# The idle sweep looks at up to _SWEEP traces from the head of the LRU order, when a root
+# starts and the head is idle, and every _ROTATE_EVERY roots (2 per root on average).
+_SWEEP = 16
+_ROTATE_EVERY = 8
 
 
 class ProcessorStats:
@@ -145,6 +149,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._by_trace: dict[int, TraceState] = {}  # trace id -> its first active local root
         self._owners: dict[int, TraceState] = {}  # span id -> state, for traces with several local roots
         self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
+        self._countdown = _ROTATE_EVERY  # roots until the next idle sweep
         self._shutdown = False
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._reset_after_fork)
@@ -283,16 +288,32 @@ class LatencyBudgetProcessor(SpanProcessor):
         budgets = config.budgets_for_root(name, kind, scope, attributes)
         span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
         state = TraceState(config, budgets, span_id, start, trace_id)
+        traces, by_trace = self._traces, self._by_trace
+        # Decided before taking the lock (reads of a dict are atomic; a stale answer only
+        # moves a sweep to the next root): whether to make room, drop an idle head, or
+        # rotate the clock. Most roots need none of it.
+        head = next(iter(traces), None)
+        self._countdown -= 1  # unlocked: a lost update only shifts the next rotation
+        admit = (
+            self._countdown <= 0
+            or len(traces) >= self._max_traces
+            or (head is not None and start - head.last_seen > self._ttl_ns)
+        )
         with self._lock:
-            self._admit(state, start)
-            self._traces[state] = None
-            first = self._by_trace.setdefault(trace_id, state)
-            if first is not state:
+            # Without a sweep, no Python-level call runs here, so the thread holding the
+            # lock is hardly ever switched out for one that waits on it. (The length is
+            # read again: another thread may have added a trace since.)
+            if admit or len(traces) >= self._max_traces:
+                self._admit(state, start)
+            traces[state] = None
+            if trace_id in by_trace:
                 # A second local root of an active trace: from now on, spans of this
                 # trace are registered one by one so each finds its own root.
-                first.shared.append(state)
+                by_trace[trace_id].shared.append(state)
                 self._owners[span_id] = state
                 state.owned.append(span_id)
+            else:
+                by_trace[trace_id] = state
         if stage >= 0:
             set_label(span, budgets.stages[stage].label)
 
@@ -308,9 +329,10 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _admit(self, state: TraceState, now: int) -> None:
         """Make room for a new trace: drop idle traces, then the least recently used. Holds the lock."""
         traces = self._traces
-        for _ in range(2):  # a short clock sweep for idle traces, amortised over new roots
-            if not traces:
-                break
+        self._countdown = _ROTATE_EVERY
+        # A clock sweep for idle traces: when the head is idle, and every _ROTATE_EVERY
+        # roots, so that idle traces behind a long-lived one are found too.
+        for _ in range(min(_SWEEP, len(traces))):
             head = next(iter(traces))
             del traces[head]
             if now - head.last_seen > self._ttl_ns:
@@ -413,10 +435,16 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
     ) -> Annotated | None:
         """Detach the trace of a local root that ended, judge it and annotate the root."""
+        by_trace = self._by_trace
         with self._lock:
             if state.finished:
                 return None  # evicted meanwhile: forwarded untouched
-            self._forget(state)
+            if state.shared or state.owned or by_trace[state.trace_id] is not state:
+                self._forget(state)
+            else:  # the common case, as _forget would do it, with no Python call under the lock
+                state.finished = True
+                del self._traces[state]
+                del by_trace[state.trace_id]
             self._reports += 1
         ttft = None
         if stage >= 0:

@@ -420,6 +420,23 @@ def test_idle_traces_are_evicted_by_span_time(caplog: pytest.LogCaptureFixture, 
     assert len(idle_logs) == 1
 
 
+def test_idle_trace_behind_an_active_one_is_evicted_within_a_few_roots() -> None:
+    """An idle trace queued behind a long-lived active one is still found by the sweep, within eight new roots."""
+    p = pipeline(idle_ttl_s=1.0)
+    active = p.start("active", 0)
+    p.start("idle", 0)
+    p.run("active-tool", 0, 1_900, parent=active, attributes=op("execute_tool"))  # active until 1.9 s
+    for n in range(8):
+        p.start(f"request-{n}", 2_000 + n).end(end_time=at(2_000 + n))
+
+    stats = p.processor.stats()
+    assert stats.evicted_idle == 1
+    assert stats.active_traces == 1  # the active trace, not the idle one
+    active.end(end_time=at(2_100))
+    assert p.span("active").attributes is not None
+    assert attr.VIOLATED in p.span("active").attributes
+
+
 def test_idle_eviction_logs_once_for_many_traces(caplog: pytest.LogCaptureFixture, fresh_log_memory: None) -> None:
     """Many idle evictions produce one log record, and each is counted."""
     caplog.set_level(logging.WARNING, logger="latency_budget")
