@@ -292,7 +292,10 @@ class LatencyBudgetProcessor(SpanProcessor):
         # Decided before taking the lock (reads of a dict are atomic; a stale answer only
         # moves a sweep to the next root): whether to make room, drop an idle head, or
         # rotate the clock. Most roots need none of it.
-        head = next(iter(traces), None)
+        try:
+            head = next(iter(traces), None)
+        except RuntimeError:  # another thread changed the table between iter() and next()
+            head = None  # the next root looks again
         self._countdown -= 1  # unlocked: a lost update only shifts the next rotation
         admit = (
             self._countdown <= 0

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import pytest
 from opentelemetry import trace
@@ -287,6 +288,38 @@ def test_spans_ending_on_other_threads_are_counted() -> None:
     assert exported_root.attributes[attr.stage_key("tool_calls", "actual_ms")] == 120.0
     assert exported_root.attributes[attr.stage_key("tool_calls", "busy_ms")] == 400.0
     assert exported_ids(p) == span_ids(root, *tools)
+
+
+@pytest.fixture
+def tiny_switch_interval() -> Iterator[None]:
+    """Switch threads every microsecond, so races between hooks on several threads show up."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(previous)
+
+
+def test_roots_starting_and_ending_on_many_threads_are_all_accounted(tiny_switch_interval: None) -> None:
+    """Eight threads starting and ending traces at once: every trace reported, none lost to a race."""
+    p = pipeline(idle_ttl_s=1.0, max_active_traces=4)  # small, so that sweeps and evictions run too
+    per_thread = 300
+
+    def requests(worker: int) -> None:
+        for n in range(per_thread):
+            root = p.start(f"request-{worker}-{n}", n)
+            p.run(f"tool-{worker}-{n}", n, n + 1, parent=root, attributes=op("execute_tool"))
+            root.end(end_time=at(n + 2))
+
+    threads = [threading.Thread(target=requests, args=(worker,)) for worker in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    stats = p.processor.stats()
+    assert stats.active_traces == 0
+    assert stats.reports + stats.evicted_lru + stats.evicted_idle == 8 * per_thread
+    assert len(p.exporter.get_finished_spans()) == 2 * 8 * per_thread
 
 
 # -- callbacks -----------------------------------------------------------------------------
