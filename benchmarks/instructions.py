@@ -9,8 +9,9 @@ For each case and each provider (baseline, candidate), a fresh interpreter runs 
 the same set-up and warm-up; the difference divided by k is the per-trace instruction
 count, with start-up, imports and warm-up subtracted out. Trace and span ids are seeded,
 hash randomisation is off and the exporter's worker only runs at shutdown (see
-quiet_batch_processor), so counts repeat to within about 0.05%. Valgrind serialises
-threads, so lock contention does not show here.
+quiet_batch_processor), so counts repeat to within about 0.05% (the thread cases, whose
+interleaving valgrind's scheduler decides, to within 1%). Valgrind serialises threads, so
+lock contention does not show here.
 
 The interpreter must be the real one, not a pyenv shim: pass --python or set
 LATENCY_BUDGET_BENCH_PYTHON when ``sys.executable`` is a wrapper.
