@@ -290,23 +290,18 @@ class LatencyBudgetProcessor(SpanProcessor):
         state = TraceState(config, budgets, span_id, start, trace_id)
         traces, by_trace = self._traces, self._by_trace
         # Decided before taking the lock (reads of a dict are atomic; a stale answer only
-        # moves a sweep to the next root): whether to make room, drop an idle head, or
-        # rotate the clock. Most roots need none of it.
+        # moves a sweep to the next root): whether to drop an idle head or rotate the
+        # clock. Most roots need neither.
         try:
             head = next(iter(traces), None)
         except RuntimeError:  # another thread changed the table between iter() and next()
             head = None  # the next root looks again
         self._countdown -= 1  # unlocked: a lost update only shifts the next rotation
-        admit = (
-            self._countdown <= 0
-            or len(traces) >= self._max_traces
-            or (head is not None and start - head.last_seen > self._ttl_ns)
-        )
+        sweep = self._countdown <= 0 or (head is not None and start - head.last_seen > self._ttl_ns)
         with self._lock:
-            # Without a sweep, no Python-level call runs here, so the thread holding the
-            # lock is hardly ever switched out for one that waits on it. (The length is
-            # read again: another thread may have added a trace since.)
-            if admit or len(traces) >= self._max_traces:
+            # Without a sweep, no Python-level call runs here but the length check, so the
+            # thread holding the lock is hardly ever switched out for one that waits on it.
+            if sweep or len(traces) >= self._max_traces:
                 self._admit(state, start)
             traces[state] = None
             if trace_id in by_trace:
