@@ -4,11 +4,11 @@
 >>> provider.add_span_processor(LatencyBudgetProcessor(load_budgets("budgets.yaml"), exporting_processor))
 """
 
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._core.report import StageReport, TraceReport, Violation
+from latency_budget._processor import LatencyBudgetProcessor
+from latency_budget._tracker import LatencyBudget, LatencyBudgetTracker
 from latency_budget._version import __version__
-from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
-from latency_budget.processor import LatencyBudgetProcessor
-from latency_budget.report import StageReport, TraceReport, Violation
-from latency_budget.tracker import LatencyBudget, LatencyBudgetTracker
 
 __all__ = [
     "BudgetConfig",

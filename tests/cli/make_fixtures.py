@@ -37,9 +37,9 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from latency_budget.demo import example_budgets, example_budgets_text
-from latency_budget.demo.run import DEMO_SERVICE_NAME, DemoRun, demo_resource, run_demo
-from latency_budget.report import TraceReport
+from latency_budget._core.report import TraceReport
+from latency_budget._demo import example_budgets, example_budgets_text
+from latency_budget._demo.run import DEMO_SERVICE_NAME, DemoRun, demo_resource, run_demo
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:

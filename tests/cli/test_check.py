@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from latency_budget.cli.check import checks_for
-from latency_budget.stats import StageSummary
+from latency_budget.cli.stats import StageSummary
 
 from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, expected_reports, run_cli
 

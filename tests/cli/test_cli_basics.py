@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from latency_budget._config import load_budgets
+from latency_budget._demo import EXAMPLE_BUDGETS_NAME, example_budgets_text
 from latency_budget.cli._progress import ProgressBar
-from latency_budget.config import load_budgets
-from latency_budget.demo import EXAMPLE_BUDGETS_NAME, example_budgets_text
 
 from .conftest import REPO, run_cli
 

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from latency_budget.demo import example_budgets, run_demo
-from latency_budget.demo.run import DemoRun
+from latency_budget._demo import example_budgets, run_demo
+from latency_budget._demo.run import DemoRun
 
 from .conftest import run_cli
 

@@ -13,11 +13,11 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, set_span_in_context
 
+from latency_budget._config import load_budgets
+from latency_budget._core.report import TraceReport
+from latency_budget._demo.otlp_json import encode_otlp_json
+from latency_budget._replay import SpanRecord, evaluate_spans
 from latency_budget.cli.inputs import TraceInputError, read_trace_files
-from latency_budget.config import load_budgets
-from latency_budget.demo.otlp_json import encode_otlp_json
-from latency_budget.replay import SpanRecord, evaluate_spans
-from latency_budget.report import TraceReport
 
 from .conftest import BUDGETS, JAEGER_SEARCH, JAEGER_TRACE, OTLP, expected_reports
 

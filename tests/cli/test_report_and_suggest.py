@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from latency_budget.config import load_budgets
+from latency_budget._config import load_budgets
 
 from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, expected_reports, run_cli
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from latency_budget.demo import example_budgets, run_demo
+from latency_budget._demo import example_budgets, run_demo
 
 from .services import CollectorService, JaegerService, poll
 from .signals import collector_log_records, prometheus_samples, total

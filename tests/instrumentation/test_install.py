@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from latency_budget import LatencyBudgetProcessor, TraceReport, load_budgets
-from latency_budget.instrument import Settings
-from latency_budget.instrument.install import ExportWrapper, install_on_provider, load_config, mark_installed
+from latency_budget._instrument import Settings
+from latency_budget._instrument.install import ExportWrapper, install_on_provider, load_config, mark_installed
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from latency_budget import LatencyBudgetProcessor
-from latency_budget.instrument import Settings, read_settings
+from latency_budget._instrument import Settings, read_settings
 
 
 def test_budgets_are_off_without_a_file() -> None:

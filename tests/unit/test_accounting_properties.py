@@ -20,9 +20,9 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from latency_budget import BudgetConfig, TraceReport, load_budgets
-from latency_budget import attributes as attr
-from latency_budget.accounting import union_length
-from latency_budget.replay import SpanRecord, evaluate_spans
+from latency_budget import _attributes as attr
+from latency_budget._core.accounting import union_length
+from latency_budget._replay import SpanRecord, evaluate_spans
 
 from .helpers import T0, Pipeline, pipeline
 

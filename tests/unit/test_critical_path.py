@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 
-from latency_budget import attributes as attr
-from latency_budget.critical_path import RecordedSpan, critical_path_ns
+from latency_budget import _attributes as attr
+from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 
 from .helpers import at, op, pipeline
 

@@ -16,7 +16,7 @@ try:
 except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMemoryLogExporter
     from opentelemetry.sdk._logs.export import InMemoryLogExporter as InMemoryLogRecordExporter
 
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
 from latency_budget import load_budgets
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter, configure
 from latency_budget.export.setup import resolve_protocol

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
 
 from .helpers import at, op, pipeline, violation_events
 

@@ -31,7 +31,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from latency_budget import LatencyBudgetProcessor, _guard, load_budgets
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
 
 from .helpers import TECHCORP_YAML, Pipeline, RecordingProcessor, at, op, pipeline
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from latency_budget import LatencyBudgetTracker
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
 
 from .helpers import TECHCORP_YAML, Pipeline, at, op, pipeline, violation_events
 

@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
-from latency_budget.config import BudgetConfig
-from latency_budget.config.reload import RELOAD_INTERVAL_ENV, BudgetFileWatcher
+from latency_budget._config import BudgetConfig
+from latency_budget._config.reload import RELOAD_INTERVAL_ENV, BudgetFileWatcher
 
 from .helpers import TECHCORP_YAML, at
 

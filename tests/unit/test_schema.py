@@ -40,7 +40,7 @@ from latency_budget import BudgetConfigError, load_budgets
 from latency_budget.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGED = resources.files("latency_budget.config").joinpath("budgets.schema.json")
+PACKAGED = resources.files("latency_budget._config").joinpath("budgets.schema.json")
 SCHEMA = json.loads(PACKAGED.read_text(encoding="utf-8"))
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 BUILTIN = ("retrieval", "model_call", "tool_calls")
@@ -346,7 +346,7 @@ def test_repository_copy_is_the_packaged_schema() -> None:
     "path",
     [
         REPO / "budgets.example.yaml",
-        REPO / "src/latency_budget/demo/budgets.example.yaml",
+        REPO / "src/latency_budget/_demo/budgets.example.yaml",
         REPO / "tests/cli/fixtures/budgets.yaml",
     ],
     ids=["example", "demo", "fixture"],

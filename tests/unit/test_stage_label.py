@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util.types import AttributeValue
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
 
 from .helpers import TECHCORP_YAML, at, op
 

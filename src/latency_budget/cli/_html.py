@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from latency_budget._core.report import TOTAL, TraceReport, format_ms
+from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
-from latency_budget.replay import SpanRecord
-from latency_budget.report import TOTAL, TraceReport, format_ms
-from latency_budget.stats import StageSummary
+from latency_budget.cli.stats import StageSummary
 
 from ._recorded import Recorded
 from ._summary import QUANTILES, format_rate

@@ -1,15 +1,15 @@
 """What ``check``, ``report`` and ``suggest`` share: where the traces come from, the budget
-file, and judging every recorded request with :func:`latency_budget.replay.evaluate_spans`."""
+file, and judging every recorded request with :func:`latency_budget._replay.evaluate_spans`."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
 
-from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
-from latency_budget.replay import evaluate_spans
-from latency_budget.report import TraceReport
-from latency_budget.stats import RunSummary, summarize
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._core.report import TraceReport
+from latency_budget._replay import evaluate_spans
+from latency_budget.cli.stats import RunSummary, summarize
 
 from ._common import CliError
 from ._summary import plural

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from latency_budget.report import format_ms
-from latency_budget.stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
+from latency_budget._core.report import format_ms
+from latency_budget.cli.stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
 
 from ._table import markdown_table, text_table
 

@@ -8,8 +8,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from latency_budget.report import TOTAL, format_ms
-from latency_budget.stats import StageSummary, optimisation
+from latency_budget._core.report import TOTAL, format_ms
+from latency_budget.cli.stats import StageSummary, optimisation
 
 from ._common import example_epilog, raw_help
 from ._recorded import (

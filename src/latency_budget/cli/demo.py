@@ -17,14 +17,14 @@ from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMe
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
-from latency_budget.demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
-from latency_budget.demo.otlp_json import OtlpJsonLinesExporter
-from latency_budget.demo.run import demo_resource
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._core.report import TraceReport
+from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
+from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
+from latency_budget._demo.run import demo_resource
+from latency_budget._processor import ReportCallback
+from latency_budget.cli.stats import optimisation, summarize
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
-from latency_budget.processor import ReportCallback
-from latency_budget.report import TraceReport
-from latency_budget.stats import optimisation, summarize
 
 from ._common import CliError, example_epilog, raw_help
 from ._progress import ProgressBar

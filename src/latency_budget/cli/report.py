@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from latency_budget.stats import optimisation
+from latency_budget.cli.stats import optimisation
 
 from ._common import CliError, example_epilog, raw_help
 from ._html import render_html

@@ -17,7 +17,7 @@ SCHEMA_NAME = "budgets.schema.json"
 
 def schema_text() -> str:
     """The JSON Schema (Draft 2020-12) of the budget file, as shipped in the package."""
-    return resources.files("latency_budget.config").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
+    return resources.files("latency_budget._config").joinpath(SCHEMA_NAME).read_text(encoding="utf-8")
 
 
 def register(commands: Any) -> None:

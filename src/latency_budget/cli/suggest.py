@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from latency_budget.config import BudgetConfigError, load_budgets
-from latency_budget.report import format_ms
-from latency_budget.stats import ProfileSummary, StageSummary, percentile
+from latency_budget._config import BudgetConfigError, load_budgets
+from latency_budget._core.report import format_ms
+from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import CliError, example_epilog, raw_help
 from ._recorded import (

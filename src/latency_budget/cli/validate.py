@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
+from latency_budget._config import BudgetConfigError, load_budgets
+from latency_budget._core.report import format_ms
 from latency_budget.cli._common import example_epilog, raw_help
-from latency_budget.config import BudgetConfigError, load_budgets
-from latency_budget.report import format_ms
 
 __all__ = ["register"]
 

@@ -6,10 +6,10 @@ from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
+from latency_budget._core.annotate import violation_attributes
+from latency_budget._core.report import TraceReport, Violation, format_ms
 from latency_budget._version import __version__
-from latency_budget.annotate import violation_attributes
-from latency_budget.report import TraceReport, Violation, format_ms
 
 __all__ = ["EVENT_NAME", "ViolationLogEmitter"]
 

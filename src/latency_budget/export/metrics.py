@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from opentelemetry.metrics import MeterProvider, get_meter_provider
 
-from latency_budget import attributes as attr
+from latency_budget import _attributes as attr
+from latency_budget._core.report import TraceReport
 from latency_budget._version import __version__
-from latency_budget.report import TraceReport
 
 __all__ = ["BudgetMetrics"]
 

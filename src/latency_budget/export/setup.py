@@ -25,10 +25,10 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from latency_budget.config import BudgetConfig, load_budgets
+from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget.export.logs import ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
-from latency_budget.processor import LatencyBudgetProcessor, ReportCallback
 
 if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
     from opentelemetry.sdk._logs.export import LogRecordExporter

@@ -31,8 +31,8 @@ from typing import overload
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
-from latency_budget.config import BudgetConfig, load_budgets
-from latency_budget.report import TOTAL, TraceReport
+from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._core.report import TOTAL, TraceReport
 from latency_budget.testing._capture import Capture, capture_spans
 from latency_budget.testing._verdict import judge_block, percentile_reports
 

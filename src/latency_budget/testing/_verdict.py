@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from latency_budget.accounting import StageMeasurement, evaluate
-from latency_budget.config.model import BudgetConfig
-from latency_budget.replay import SpanRecord, evaluate_spans
-from latency_budget.report import TraceReport
+from latency_budget._config.model import BudgetConfig
+from latency_budget._core.accounting import StageMeasurement, evaluate
+from latency_budget._core.report import TraceReport
+from latency_budget._replay import SpanRecord, evaluate_spans
 
 __all__ = ["BLOCK_ROOT_NAME", "judge_block", "percentile_reports"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from opentelemetry import trace
 
-from latency_budget.instrument import post_instrument
-from latency_budget.instrument.configurator import LatencyBudgetConfigurator
+from latency_budget._instrument import post_instrument
+from latency_budget._instrument.configurator import LatencyBudgetConfigurator
 
 
 def request(name: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from latency_budget.replay import SpanRecord
+from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
 from ._spans import ParsedSpan, resolve_remote_parents

@@ -7,7 +7,7 @@ import binascii
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from latency_budget.replay import SpanRecord
+from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
 

@@ -15,7 +15,7 @@ from typing import Any
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
-from latency_budget.replay import SpanRecord
+from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
 from ._spans import ParsedSpan, parse_id

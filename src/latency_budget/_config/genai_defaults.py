@@ -7,8 +7,8 @@ users of OpenInference instrumentations, its ``openinference.span.kind`` values.
 
 from __future__ import annotations
 
-from latency_budget.config.model import FirstTokenSource
-from latency_budget.matching import MatchRule, exact_values
+from latency_budget._config.matching import MatchRule, exact_values
+from latency_budget._config.model import FirstTokenSource
 
 __all__ = ["BUILTIN_STAGES", "DEFAULT_FIRST_TOKEN", "DEFAULT_PARALLELIZABLE", "builtin_rules"]
 

@@ -8,11 +8,11 @@ do stage spans go to exact counters, which the processor updates under its lock.
 
 from __future__ import annotations
 
-from latency_budget.accounting import StageMeasurement, evaluate, union_length
-from latency_budget.config.model import BudgetConfig, BudgetSet
-from latency_budget.critical_path import RecordedSpan, critical_path_ns
-from latency_budget.hints import find_hints
-from latency_budget.report import TraceReport
+from latency_budget._config.model import BudgetConfig, BudgetSet
+from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
+from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
+from latency_budget._core.hints import find_hints
+from latency_budget._core.report import TraceReport
 
 __all__ = ["StageTally", "TraceState"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from importlib import resources
 
-from latency_budget.config import BudgetConfig, load_budgets
-from latency_budget.demo.run import DemoRun, run_demo
+from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._demo.run import DemoRun, run_demo
 
 __all__ = ["EXAMPLE_BUDGETS_NAME", "DemoRun", "example_budgets", "example_budgets_text", "run_demo"]
 

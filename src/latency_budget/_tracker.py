@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from latency_budget.accounting import StageMeasurement, evaluate
-from latency_budget.config.model import DEFAULT_PROFILE, BudgetSet, StageBudget
-from latency_budget.report import TraceReport
+from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet, StageBudget
+from latency_budget._core.accounting import StageMeasurement, evaluate
+from latency_budget._core.report import TraceReport
 
 __all__ = ["LatencyBudget", "LatencyBudgetTracker"]
 

@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter
 
 from latency_budget import _guard
-from latency_budget.config import BudgetConfig, BudgetConfigError, load_budgets
-from latency_budget.instrument.settings import ENV_FILE, Settings
-from latency_budget.processor import LatencyBudgetProcessor, ReportCallback
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._instrument.settings import ENV_FILE, Settings
+from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 
 __all__ = [
     "ExportWrapper",

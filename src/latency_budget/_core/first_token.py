@@ -8,7 +8,7 @@ from datetime import datetime
 
 from opentelemetry.sdk.trace import Event
 
-from latency_budget.config.model import FirstTokenSource
+from latency_budget._config.model import FirstTokenSource
 
 __all__ = ["time_to_first_token_ns"]
 

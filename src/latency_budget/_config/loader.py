@@ -12,14 +12,15 @@ from typing import Any, NoReturn
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget.config.errors import BudgetConfigError
-from latency_budget.config.genai_defaults import (
+from latency_budget._config.errors import BudgetConfigError
+from latency_budget._config.genai_defaults import (
     BUILTIN_STAGES,
     DEFAULT_FIRST_TOKEN,
     DEFAULT_PARALLELIZABLE,
     builtin_rules,
 )
-from latency_budget.config.model import (
+from latency_budget._config.matching import GlobError, MatchRule, compile_glob, exact_values
+from latency_budget._config.model import (
     DEFAULT_PROFILE,
     BudgetConfig,
     BudgetSet,
@@ -30,8 +31,7 @@ from latency_budget.config.model import (
     StageDefinition,
     TimeUnit,
 )
-from latency_budget.config.yaml_source import LocatedDict, LocatedList, parse_yaml
-from latency_budget.matching import GlobError, MatchRule, compile_glob, exact_values
+from latency_budget._config.yaml_source import LocatedDict, LocatedList, parse_yaml
 
 __all__ = ["RESERVED_STAGE_NAMES", "load_budgets"]
 

@@ -12,8 +12,8 @@ import logging
 from opentelemetry import trace
 
 from latency_budget import _guard
-from latency_budget.instrument.install import install_on_provider, load_config, report_failure
-from latency_budget.instrument.settings import CONFIGURATOR_NAME, read_settings
+from latency_budget._instrument.install import install_on_provider, load_config, report_failure
+from latency_budget._instrument.settings import CONFIGURATOR_NAME, read_settings
 
 __all__ = ["post_instrument"]
 

@@ -9,8 +9,8 @@ from typing import Literal
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget import attributes as attr
-from latency_budget.matching import MatchRule, StageClassifier
+from latency_budget import _attributes as attr
+from latency_budget._config.matching import MatchRule, StageClassifier
 
 __all__ = [
     "DEFAULT_PROFILE",

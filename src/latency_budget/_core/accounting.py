@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from latency_budget.config.model import BudgetSet, Severity
-from latency_budget.hints import Hint
-from latency_budget.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
+from latency_budget._config.model import BudgetSet, Severity
+from latency_budget._core.hints import Hint
+from latency_budget._core.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
 
 __all__ = ["StageMeasurement", "evaluate", "union_length"]
 

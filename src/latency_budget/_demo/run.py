@@ -26,12 +26,12 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from latency_budget._config import BudgetConfig
+from latency_budget._core.report import TraceReport
+from latency_budget._demo.latency import Latency
+from latency_budget._demo.scenario import PlannedSpan, RequestInfo, plan_request
+from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget._version import __version__
-from latency_budget.config import BudgetConfig
-from latency_budget.demo.latency import Latency
-from latency_budget.demo.scenario import PlannedSpan, RequestInfo, plan_request
-from latency_budget.processor import LatencyBudgetProcessor, ReportCallback
-from latency_budget.report import TraceReport
 
 __all__ = ["DEMO_SERVICE_NAME", "DemoRun", "demo_resource", "run_demo", "schedule"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from latency_budget import attributes as attr
-from latency_budget.hints import Hint
-from latency_budget.report import TraceReport, Violation
+from latency_budget import _attributes as attr
+from latency_budget._core.hints import Hint
+from latency_budget._core.report import TraceReport, Violation
 
 __all__ = ["hint_attributes", "root_attributes", "violation_attributes"]
 

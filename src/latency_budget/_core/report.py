@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from latency_budget.config.model import Severity
-from latency_budget.hints import Hint
+from latency_budget._config.model import Severity
+from latency_budget._core.hints import Hint
 
 __all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
 

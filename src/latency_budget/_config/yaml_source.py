@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from latency_budget.config.errors import BudgetConfigError
+from latency_budget._config.errors import BudgetConfigError
 
 __all__ = ["LocatedDict", "LocatedList", "parse_yaml"]
 

@@ -22,7 +22,7 @@ from typing import Literal
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
-from latency_budget.demo.latency import Latency
+from latency_budget._demo.latency import Latency
 
 __all__ = ["APP_SCOPE", "GENAI_SCOPE", "PlannedRequest", "PlannedSpan", "RequestInfo", "ToolMode", "plan_request"]
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from latency_budget.config.model import BudgetSet
-from latency_budget.critical_path import RecordedSpan
+from latency_budget._config.model import BudgetSet
+from latency_budget._core.critical_path import RecordedSpan
 
 __all__ = ["Hint", "HintKind", "find_hints"]
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
-from latency_budget._trace_state import TraceState
-from latency_budget.config.model import BudgetConfig
-from latency_budget.first_token import time_to_first_token_ns
-from latency_budget.report import TraceReport
+from latency_budget._config.model import BudgetConfig
+from latency_budget._core.first_token import time_to_first_token_ns
+from latency_budget._core.report import TraceReport
+from latency_budget._core.trace_state import TraceState
 
 __all__ = ["SpanRecord", "evaluate_spans"]
 

@@ -18,9 +18,9 @@ import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from latency_budget.config.errors import BudgetConfigError
-from latency_budget.config.loader import load_budgets
-from latency_budget.config.model import BudgetConfig
+from latency_budget._config.errors import BudgetConfigError
+from latency_budget._config.loader import load_budgets
+from latency_budget._config.model import BudgetConfig
 
 __all__ = ["RELOAD_INTERVAL_ENV", "BudgetFileWatcher", "reload_interval", "watch_budgets"]
 

@@ -25,8 +25,15 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind
 
+from latency_budget import _attributes as attr
 from latency_budget import _guard
-from latency_budget import attributes as attr
+from latency_budget._config import BudgetConfig
+from latency_budget._config.model import StageBudget
+from latency_budget._config.reload import reload_interval, watch_budgets
+from latency_budget._core.annotate import hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.first_token import time_to_first_token_ns
+from latency_budget._core.report import TraceReport
+from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
     IS_REMOTE,
     SPAN_ID,
@@ -40,13 +47,6 @@ from latency_budget._sdk_internals import (
     view_of,
     view_of_any,
 )
-from latency_budget._trace_state import TraceState
-from latency_budget.annotate import hint_attributes, root_attributes, violation_attributes
-from latency_budget.config import BudgetConfig
-from latency_budget.config.model import StageBudget
-from latency_budget.config.reload import reload_interval, watch_budgets
-from latency_budget.first_token import time_to_first_token_ns
-from latency_budget.report import TraceReport
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue

@@ -12,7 +12,7 @@ configurator built the SDK. ``install`` holds what both share, ``settings`` the
 environment variables.
 """
 
-from latency_budget.instrument.hook import post_instrument
-from latency_budget.instrument.settings import CONFIGURATOR_NAME, Settings, read_settings
+from latency_budget._instrument.hook import post_instrument
+from latency_budget._instrument.settings import CONFIGURATOR_NAME, Settings, read_settings
 
 __all__ = ["CONFIGURATOR_NAME", "Settings", "post_instrument", "read_settings"]

@@ -10,8 +10,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from latency_budget.config.model import BudgetConfig, Severity
-from latency_budget.report import TOTAL, TraceReport, format_ms
+from latency_budget._config.model import BudgetConfig, Severity
+from latency_budget._core.report import TOTAL, TraceReport, format_ms
 
 __all__ = [
     "HintSummary",

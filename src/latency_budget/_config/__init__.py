@@ -1,8 +1,8 @@
 """Budget files: the YAML format, its validation and the loaded model."""
 
-from latency_budget.config.errors import BudgetConfigError
-from latency_budget.config.loader import load_budgets
-from latency_budget.config.model import (
+from latency_budget._config.errors import BudgetConfigError
+from latency_budget._config.loader import load_budgets
+from latency_budget._config.model import (
     DEFAULT_PROFILE,
     BudgetConfig,
     BudgetSet,

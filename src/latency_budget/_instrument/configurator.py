@@ -14,14 +14,14 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.sdk._configuration import _initialize_components, _OTelSDKConfigurator
 
-from latency_budget.instrument.install import (
+from latency_budget._instrument.install import (
     ExportWrapper,
     install_on_provider,
     load_config,
     mark_installed,
     report_failure,
 )
-from latency_budget.instrument.settings import CONFIGURATOR_NAME, read_settings
+from latency_budget._instrument.settings import CONFIGURATOR_NAME, read_settings
 
 __all__ = ["LatencyBudgetConfigurator"]
 
