@@ -63,7 +63,7 @@ def test_packaged_example_is_the_repository_file() -> None:
 
 
 def test_example_budgets_exercise_every_feature() -> None:
-    """The example shows custom match rules, first-token and call budgets, a warn severity and a profile."""
+    """The example shows custom match rules, first-token and call budgets, a warn severity, objectives and a profile."""
     config = load_budgets(REPO / EXAMPLE_BUDGETS_NAME)
     default = config.default
     assert default.total_ms is not None
@@ -73,6 +73,8 @@ def test_example_budgets_exercise_every_feature() -> None:
     assert {s.severity for s in default.stages} == {"warn", "error"}
     assert [p.name for p in config.profiles] == ["voice"]
     assert config.budgets_by_profile("voice").first_token_ms != default.first_token_ms
+    assert {s.objective for s in default.stages} == {0.95, 0.99}
+    assert config.budgets_by_profile("voice").first_token_objective != default.first_token_objective
 
 
 class _Terminal(io.StringIO):

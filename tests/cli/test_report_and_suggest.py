@@ -115,6 +115,28 @@ def test_suggest_carries_over_match_rules_severities_and_profiles() -> None:
     assert load_budgets(text=text).stage_names == load_budgets(BUDGETS).stage_names
 
 
+def test_suggest_carries_over_objectives(tmp_path: Path) -> None:
+    """Objectives are policy, not measurement: the suggested file keeps each one, top-level, per stage, per profile."""
+    text = BUDGETS.read_text(encoding="utf-8")
+    text = text.replace("version: 1\n", "version: 1\nobjective: 99%\ntotal_objective: 99.5%\n", 1)
+    text = text.replace("  model_call:\n", "  model_call:\n    objective: 95%\n", 1)
+    text += "    first_token_objective: 99.9%\n"  # the file ends inside its one profile, the voice one
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(text, encoding="utf-8")
+    original = load_budgets(budgets)
+    assert original.budgets_by_profile("voice").first_token_objective == 0.999
+    result = run_cli("suggest", OTLP, "-b", budgets)
+    assert result.returncode == 0, result.stderr
+    suggested = load_budgets(text=result.stdout)
+    for profile in ("default", "voice"):
+        before, after = original.budgets_by_profile(profile), suggested.budgets_by_profile(profile)
+        assert [s.objective for s in after.stages] == [s.objective for s in before.stages]
+        assert (after.total_objective, after.first_token_objective) == (
+            before.total_objective,
+            before.first_token_objective,
+        )
+
+
 def test_suggest_flags_and_output_file(tmp_path: Path) -> None:
     """--percentile p99 --headroom 1.5 -o FILE writes budgets of ceil(p99 x 1.5) with the built-in stages."""
     out = tmp_path / "budgets.yaml"

@@ -92,6 +92,19 @@ _POSITIVE = st.one_of(st.integers(1, 10**12), st.floats(min_value=1e-6, max_valu
 _POSITIVE_MISS = st.sampled_from([0, -1, -0.5, 0.0, math.inf, -math.inf, "100", True, None, [100]])
 _WHOLE = st.integers(1, 10**6)
 _WHOLE_MISS = st.sampled_from([0, -2, 2.5, "3", True, None])
+# Objectives: a percentage above 0 and below 100 with up to 6 decimals; near misses around every edge.
+_OBJECTIVE = st.one_of(
+    st.sampled_from(["99%", "99.9%", "0.5%", "0.000001%", "99.999999%", "1%", "50.0%", "0.10%"]),
+    st.builds(
+        lambda whole, decimals: f"{whole}{'.' + decimals if decimals else ''}%",
+        st.integers(1, 99),
+        st.from_regex(r"[0-9]{0,6}", fullmatch=True),
+    ),
+)
+_OBJECTIVE_MISS = st.one_of(
+    st.sampled_from(["100%", "0%", "0.0%", "00%", "05%", "99", "99.%", "99.1234567%", " 99%", "99 %", "99%\n"]),
+    st.sampled_from(["-1%", "1e1%", "\u0669%", 99, 0.99, None, True, ["99%"]]),
+)
 _SEVERITY = st.sampled_from(["warn", "error"])
 _SEVERITY_MISS = st.sampled_from(["Warn", "ERROR", "fatal", "", 1, True, None])
 _STAGE_NAME = st.one_of(st.sampled_from(BUILTIN), st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True))
@@ -164,6 +177,7 @@ _BUDGET_FIELDS = {
     "first_token_ms": _pick(_POSITIVE, _POSITIVE_MISS),
     "max_calls": _pick(_WHOLE, _WHOLE_MISS),
     "severity": _pick(_SEVERITY, _SEVERITY_MISS),
+    "objective": _pick(_OBJECTIVE, _OBJECTIVE_MISS),
     "parallelizable": _pick(st.booleans(), st.sampled_from(["yes", 1, None])),
 }
 
@@ -206,6 +220,8 @@ def _profiles(draw: st.DrawFn, stage_names: list[str] | None) -> list[Any]:
             "total_ms": _pick(_POSITIVE, _POSITIVE_MISS),
             "first_token_ms": _pick(_POSITIVE, _POSITIVE_MISS),
             "severity": _pick(_SEVERITY, _SEVERITY_MISS),
+            "total_objective": _pick(_OBJECTIVE, _OBJECTIVE_MISS),
+            "first_token_objective": _pick(_OBJECTIVE, _OBJECTIVE_MISS),
             "stages": _pick(overrides, st.sampled_from([None, [], "model_call"])),
         }
         profiles.append(draw(_pick(_mapping(fields, required=("name", "when")), st.sampled_from([None, "p", []]))))
@@ -222,6 +238,9 @@ def documents(draw: st.DrawFn) -> Any:
         ("total_ms", _pick(_POSITIVE, _POSITIVE_MISS)),
         ("first_token_ms", _pick(_POSITIVE, _POSITIVE_MISS)),
         ("severity", _pick(_SEVERITY, _SEVERITY_MISS)),
+        ("objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
+        ("total_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
+        ("first_token_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
     ):
         if draw(st.booleans()):
             doc[key] = draw(strategy)
@@ -299,6 +318,8 @@ def test_the_generator_reaches_both_verdicts() -> None:
         ("version: 1\nprofiles: [{name: default, when: {name: x}}]\n", "should not be valid"),
         ("version: 1\nprofiles: [{name: p, when: {name: x}, stages: {guard: {}}}]\n", "is not one of"),
         ("version: 2\n", "1 was expected"),
+        ("version: 1\nobjective: 100%\n", "does not match"),
+        ("version: 1\nstages: {model_call: {objective: 0.99}}\n", "is not of type 'string'"),
     ],
 )
 def test_schema_rejects_what_the_loader_rejects(text: str, schema_message: str) -> None:

@@ -7,6 +7,7 @@ import math
 import os
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -42,18 +43,41 @@ _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 _KINDS = {kind.name.lower(): kind for kind in SpanKind}
 _UNITS: tuple[TimeUnit, ...] = ("s", "ms", "us", "ns", "iso8601")
 
-_TOP_KEYS = ("version", "total_ms", "first_token_ms", "severity", "stages", "profiles")
+_TOP_KEYS = (
+    "version",
+    "total_ms",
+    "first_token_ms",
+    "severity",
+    "objective",
+    "total_objective",
+    "first_token_objective",
+    "stages",
+    "profiles",
+)
 _STAGE_KEYS = (
     "budget_ms",
     "first_token_ms",
     "max_calls",
     "severity",
+    "objective",
     "match",
     "first_token",
     "parallelizable",
 )
-_OVERRIDE_KEYS = ("budget_ms", "first_token_ms", "max_calls", "severity", "parallelizable")
-_PROFILE_KEYS = ("name", "when", "total_ms", "first_token_ms", "severity", "stages")
+_OVERRIDE_KEYS = ("budget_ms", "first_token_ms", "max_calls", "severity", "objective", "parallelizable")
+_PROFILE_KEYS = (
+    "name",
+    "when",
+    "total_ms",
+    "first_token_ms",
+    "severity",
+    "total_objective",
+    "first_token_objective",
+    "stages",
+)
+# An objective: a percentage above 0 and below 100, with at most 6 decimals ("99%", "99.95%").
+# budgets.schema.json has the same pattern.
+_OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
 _RULE_KEYS = ("name", "attributes", "exists", "kind", "scope")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 
@@ -131,6 +155,22 @@ class _Builder:
             return "error"
         self.fail(line, path, f"expected 'warn' or 'error', got {_describe(value)}")
 
+    def objective(self, value: Any, line: int | None, path: str) -> float:
+        """A percentage such as ``'99.9%'``, as the fraction 0.999."""
+        if not isinstance(value, str) or not _OBJECTIVE.match(value):
+            self.fail(
+                line,
+                path,
+                "expected a percentage above 0% and below 100% (at most 6 decimals) such as '99%' or '99.9%',"
+                f" got {_describe(value)}",
+            )
+        return float(Decimal(value[:-1]) / 100)
+
+    def optional_objective(self, mapping: LocatedDict, key: str, path: str, default: float | None) -> float | None:
+        if key not in mapping:
+            return default
+        return self.objective(mapping[key], mapping.key_lines[key], _join(path, key))
+
     def string(self, value: Any, line: int | None, path: str) -> str:
         if not isinstance(value, str) or not value:
             self.fail(line, path, f"expected a non-empty string, got {_describe(value)}")
@@ -159,7 +199,8 @@ class _Builder:
         if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
             self.fail(doc.key_lines["version"], "version", f"unsupported version {_describe(version)}; expected 1")
 
-        definitions, default_stages = self.stages(doc)
+        objective = self.optional_objective(doc, "objective", "", None)
+        definitions, default_stages = self.stages(doc, objective)
         total_ms = self.optional_number(doc, "total_ms", "")
         first_token_ms = self.optional_number(doc, "first_token_ms", "")
         severity = (
@@ -171,6 +212,8 @@ class _Builder:
             total_ms=total_ms if total_ms is not None else _sum_budgets(default_stages),
             first_token_ms=first_token_ms,
             severity=severity,
+            total_objective=self.optional_objective(doc, "total_objective", "", objective),
+            first_token_objective=self.optional_objective(doc, "first_token_objective", "", objective),
         )
         profiles = self.profiles(doc, default)
         return BudgetConfig(source=self.source, stages=definitions, default=default, profiles=profiles)
@@ -182,14 +225,17 @@ class _Builder:
 
     # -- stages ----------------------------------------------------------------------
 
-    def stages(self, doc: LocatedDict) -> tuple[tuple[StageDefinition, ...], tuple[StageBudget, ...]]:
+    def stages(
+        self, doc: LocatedDict, objective: float | None
+    ) -> tuple[tuple[StageDefinition, ...], tuple[StageBudget, ...]]:
         if "stages" not in doc:
             # No stages: track the GenAI stages with the built-in matchers, judge nothing per stage.
             definitions = tuple(
                 StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN) for name in BUILTIN_STAGES
             )
             budgets = tuple(
-                StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE) for name in BUILTIN_STAGES
+                StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
+                for name in BUILTIN_STAGES
             )
             return definitions, budgets
         stages = self.mapping(doc["stages"], doc.key_lines["stages"], "stages")
@@ -209,7 +255,10 @@ class _Builder:
             definitions_list.append(self.stage_definition(name, spec, line, path))
             budgets_list.append(
                 self.stage_budget(
-                    name, spec, StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE), path
+                    name,
+                    spec,
+                    StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective),
+                    path,
                 )
             )
         return tuple(definitions_list), tuple(budgets_list)
@@ -253,7 +302,8 @@ class _Builder:
         parallelizable = base.parallelizable
         if "parallelizable" in spec:
             parallelizable = self.boolean(*get("parallelizable"), f"{path}.parallelizable")
-        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable)
+        objective = self.optional_objective(spec, "objective", path, base.objective)
+        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective)
 
     # -- match rules -----------------------------------------------------------------
 
@@ -390,6 +440,10 @@ class _Builder:
                 total_ms=total_ms if total_ms is not None else _sum_budgets(effective),
                 first_token_ms=first_token_ms if first_token_ms is not None else default.first_token_ms,
                 severity=severity,
+                total_objective=self.optional_objective(spec, "total_objective", path, default.total_objective),
+                first_token_objective=self.optional_objective(
+                    spec, "first_token_objective", path, default.first_token_objective
+                ),
             )
             profiles.append(Profile(name=name, when=when, budgets=budgets))
         return tuple(profiles)

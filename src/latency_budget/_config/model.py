@@ -45,7 +45,11 @@ class FirstTokenSource:
 
 @dataclass(frozen=True, slots=True)
 class StageBudget:
-    """A stage's budgets under one profile. ``budget_ms=None`` tracks without judging."""
+    """A stage's budgets under one profile. ``budget_ms=None`` tracks without judging.
+
+    ``objective`` is the share of the requests running the stage (a fraction below 1)
+    that must stay within all its budgets; it drives alerting, never the verdict.
+    """
 
     name: str
     budget_ms: float | None
@@ -53,6 +57,7 @@ class StageBudget:
     max_calls: int | None = None
     severity: Severity = "error"
     parallelizable: bool = False
+    objective: float | None = None
     # What a span of this stage carries from its start (see the attribute contract),
     # built once here rather than on every span.
     label: Mapping[str, str | float] = field(init=False, repr=False, compare=False)
@@ -62,6 +67,11 @@ class StageBudget:
         if self.budget_ms is not None:
             label[attr.BUDGET_MS] = float(self.budget_ms)
         object.__setattr__(self, "label", MappingProxyType(label))
+
+    @property
+    def has_budget(self) -> bool:
+        """Whether the stage has any budget to judge (time, first token or calls)."""
+        return self.budget_ms is not None or self.first_token_ms is not None or self.max_calls is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +85,19 @@ class StageDefinition:
 
 @dataclass(frozen=True, slots=True)
 class BudgetSet:
-    """The effective budgets of one profile, one entry per stage in config order."""
+    """The effective budgets of one profile, one entry per stage in config order.
+
+    ``total_objective`` and ``first_token_objective`` are the shares of requests (fractions
+    below 1) that must stay within ``total_ms`` and ``first_token_ms``; alerting only.
+    """
 
     profile: str
     stages: tuple[StageBudget, ...]
     total_ms: float | None
     first_token_ms: float | None = None
     severity: Severity = "error"
+    total_objective: float | None = None
+    first_token_objective: float | None = None
     # (stage index, the fewest spans of it that can give a hint), for stages that can:
     # lets a trace with nothing to hint (most traces) skip the hint search.
     hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)

@@ -32,11 +32,13 @@ Write a budget file from what recorded traces show.
 Each budget is the observed percentile (--percentile, default p95) times a headroom
 factor (--headroom, default 1.2), rounded up to a whole millisecond, with a comment
 above it that records the numbers it came from. Stages are recognised with the match
-rules of --budgets FILE, whose severities, call limits and profiles are carried over,
+rules of --budgets FILE, whose severities, call limits, objectives and profiles are carried over,
 or else with the built-in GenAI stages. The result always passes `validate`."""
 
 # Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
-_CARRIED = ("severity", "max_calls", "parallelizable", "match", "first_token")
+_CARRIED = ("severity", "objective", "max_calls", "parallelizable", "match", "first_token")
+# Request-level objectives, at the top and in profiles: policy, copied as they are.
+_OBJECTIVES = ("total_objective", "first_token_objective")
 
 
 def register(commands: Any) -> None:
@@ -151,6 +153,9 @@ class _Writer:
             lines += [f"{key}: {self.raw[key]}" for key in ("total_ms", "first_token_ms") if key in self.raw]
         if "severity" in self.raw:
             lines.append(f"severity: {self.raw['severity']}")
+        for key in ("objective", *_OBJECTIVES):
+            if key in self.raw:
+                lines += _dump({key: self.raw[key]}, 0)
         lines.append("stages:")
         raw_stages = self.raw.get("stages") or {}
         for name in recorded.config.stage_names:
@@ -216,6 +221,9 @@ class _Writer:
             lines += _dump({"when": raw["when"]}, 4)
             if "severity" in raw:
                 lines.append(f"    severity: {raw['severity']}")
+            for key in _OBJECTIVES:
+                if key in raw:
+                    lines += _dump({key: raw[key]}, 4)
             if summary is None:
                 lines.append("    # no request matched this profile: copied from the input")
                 lines += [f"    {key}: {raw[key]}" for key in ("total_ms", "first_token_ms") if key in raw]
@@ -229,7 +237,7 @@ class _Writer:
                 stage = self.stage(summary, stage_name)
                 override = raw_overrides.get(stage_name) or {}
                 body = self.measured(stage, override, 8)
-                for key in ("severity", "max_calls", "parallelizable"):
+                for key in ("severity", "objective", "max_calls", "parallelizable"):
                     if key in override:
                         body += _dump({key: override[key]}, 8)
                 if any(not line.lstrip().startswith("#") for line in body):
