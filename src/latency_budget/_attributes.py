@@ -31,6 +31,7 @@ __all__ = [
     "VIOLATION_EVENT",
     "WARNED",
     "WARN_STAGES",
+    "WITHIN_BUDGET",
     "stage_key",
 ]
 
@@ -67,6 +68,9 @@ SEVERITY = "latency_budget.severity"
 OVER_MS = "latency_budget.over_ms"
 MAX_CALLS = "latency_budget.max_calls"
 CALLS = "latency_budget.calls"
+
+# Metric attribute only (latency_budget.requests): whether the request stayed within the budget.
+WITHIN_BUDGET = "latency_budget.within_budget"
 
 
 def stage_key(stage: str, field: str) -> str:

@@ -78,7 +78,10 @@ def test_metrics_carry_only_configured_names() -> None:
     ]
     assert points["latency_budget.trace.duration"] == [{attr.PROFILE: "default", attr.VIOLATED: True}]
     assert {attr.STAGE: "model_call"} in points["latency_budget.stage.critical_duration"]
-    allowed = {attr.STAGE, attr.PROFILE, attr.VIOLATED, attr.KIND, attr.SEVERITY}
+    assert {attr.STAGE: "model_call", attr.KIND: "stage", attr.PROFILE: "default", attr.WITHIN_BUDGET: False} in points[
+        "latency_budget.requests"
+    ]
+    allowed = {attr.STAGE, attr.PROFILE, attr.VIOLATED, attr.KIND, attr.SEVERITY, attr.WITHIN_BUDGET}
     assert all(set(p) <= allowed for series in points.values() for p in series)
 
 

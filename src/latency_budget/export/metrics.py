@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from opentelemetry.metrics import MeterProvider, get_meter_provider
+import threading
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter_provider
 
 from latency_budget import _attributes as attr
-from latency_budget._core.report import TraceReport
+from latency_budget._core.report import TOTAL, TraceReport
 from latency_budget._version import __version__
 
 __all__ = ["BudgetMetrics"]
 
 # Latency buckets in ms: fine below a second, where budgets of AI stages usually sit.
 _BUCKETS_MS = (5, 10, 25, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000, 3000, 5000, 7500, 10000, 20000, 60000)
+
+# (stage, kind, profile, within_budget): one series of latency_budget.requests.
+_RequestKey = tuple[str, str, str, bool]
 
 
 class BudgetMetrics:
@@ -20,7 +26,13 @@ class BudgetMetrics:
     - ``latency_budget.stage.duration`` (histogram, ms): stage, profile, violated;
     - ``latency_budget.stage.critical_duration`` (histogram, ms): stage;
     - ``latency_budget.violations`` (counter): stage, kind, severity;
-    - ``latency_budget.trace.duration`` (histogram, ms): profile, violated.
+    - ``latency_budget.trace.duration`` (histogram, ms): profile, violated;
+    - ``latency_budget.requests`` (counter): stage, kind, profile, within_budget. One per
+      budget a request was judged against: per stage that ran and has a budget (kind
+      ``stage``, within when none of its budgets broke, at any severity), and for the
+      request's ``total_ms`` (stage ``total``, kind ``total``) and ``first_token_ms``
+      (stage ``total``, kind ``first_token``, only when a first token was measured). The
+      denominator and numerator of the violation ratios that objectives alert on.
 
     Stage and profile values come from the budget file, never from span data.
     """
@@ -50,19 +62,64 @@ class BudgetMetrics:
             description="End-to-end time of each request (its local root span).",
             explicit_bucket_boundaries_advisory=_BUCKETS_MS,
         )
+        # Several counts per request: a synchronous counter's add() costs about as much as a
+        # histogram record, so they are kept here (a dict update under one lock per request)
+        # and reported, cumulative, when the reader collects.
+        self._requests_lock = threading.Lock()
+        self._requests: dict[_RequestKey, int] = {}
+        meter.create_observable_counter(
+            "latency_budget.requests",
+            callbacks=[self._observe_requests],
+            unit="{request}",
+            description="Requests judged against each budget (per stage that ran, total, first token), "
+            "and whether they stayed within it.",
+        )
 
     def __call__(self, report: TraceReport) -> None:
         profile = report.profile
+        judged: list[_RequestKey] = []
         for stage in report.stages:
             if stage.seen:
                 self._stage.record(
                     stage.actual_ms,
                     {attr.STAGE: stage.stage, attr.PROFILE: profile, attr.VIOLATED: stage.over_budget},
                 )
+                if (
+                    stage.budget_ms is not None
+                    or stage.first_token_budget_ms is not None
+                    or stage.max_calls is not None
+                ):
+                    judged.append((stage.stage, "stage", profile, not stage.violations))
             if stage.critical_ms:
                 self._critical.record(stage.critical_ms, {attr.STAGE: stage.stage})
+        total_within = first_token_within = True
         for violation in report.violations:
             self._violations.add(
                 1, {attr.STAGE: violation.stage, attr.KIND: violation.kind, attr.SEVERITY: violation.severity}
             )
+            if violation.stage == TOTAL:
+                if violation.kind == "total":
+                    total_within = False
+                elif violation.kind == "first_token":
+                    first_token_within = False
         self._trace.record(report.total_actual_ms, {attr.PROFILE: profile, attr.VIOLATED: report.violated})
+        if report.total_budget_ms is not None:
+            judged.append((TOTAL, "total", profile, total_within))
+        if report.first_token_budget_ms is not None and report.first_token_ms is not None:
+            judged.append((TOTAL, "first_token", profile, first_token_within))
+        if judged:
+            counts = self._requests
+            with self._requests_lock:
+                for key in judged:
+                    counts[key] = counts.get(key, 0) + 1
+
+    def _observe_requests(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._requests_lock:
+            counts = list(self._requests.items())
+        return [
+            Observation(
+                count,
+                {attr.STAGE: stage, attr.KIND: kind, attr.PROFILE: profile, attr.WITHIN_BUDGET: within},
+            )
+            for (stage, kind, profile, within), count in counts
+        ]
