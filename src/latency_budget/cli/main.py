@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from latency_budget._version import __version__
-from latency_budget.cli import check, demo, report, schema, suggest, validate
+from latency_budget.cli import check, demo, report, rules, schema, suggest, validate
 from latency_budget.cli._common import CliError
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = (demo, validate, check, report, suggest, schema)
+_SUBCOMMANDS = (demo, validate, check, report, suggest, rules, schema)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,100 @@
+"""``latency-budget rules FILE``: Prometheus recording and alerting rules from a budget file's objectives."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from latency_budget._config import BudgetConfigError, load_budgets
+
+from ._common import CliError, example_epilog, raw_help
+from ._slo_rules import WORKBOOK_BURN_RATES, BurnRate, parse_burn_rate, rules_document
+
+__all__ = ["register"]
+
+_DESCRIPTION = """\
+Write a Prometheus rules file from a budget file.
+
+Recording rules: for every budget (each stage's, total_ms, first_token_ms), under every
+profile, the share of requests that broke it, over each window the alerts use, from the
+latency_budget_requests_total counter as collector-config.yaml exports it.
+
+Alerts: for every budget with an objective ('objective: 99%'), multi-window, multi-burn-rate
+alerts as in The Site Reliability Workbook: by default page when 1h and 5m both burn the
+error budget 14.4x as fast as the objective allows, page at 6x over 6h and 30m, and a
+ticket at 1x over 3d and 6h. --burn-rate replaces these rows.
+
+Exit status: 0 written, 2 unusable input (a bad budget file or option, an unwritable file)."""
+
+
+def register(commands: Any) -> None:
+    """Add the ``rules`` subcommand."""
+    parser = commands.add_parser(
+        "rules",
+        help="write Prometheus recording and alerting rules from a budget file's objectives",
+        description=_DESCRIPTION,
+        epilog=example_epilog(
+            "latency-budget rules budgets.yaml > latency-budget.rules.yml",
+            "latency-budget rules budgets.yaml --service support-assistant -o rules.yml",
+            "latency-budget rules budgets.yaml --burn-rate page:1h/5m:14.4 --burn-rate ticket:1d/2h:3",
+        ),
+        formatter_class=raw_help(),
+    )
+    parser.add_argument("file", metavar="FILE", help="the budget YAML file")
+    parser.add_argument("--output", "-o", metavar="FILE", help="write the rules to FILE instead of standard output")
+    parser.add_argument(
+        "--service",
+        metavar="NAME",
+        help="only series of this service (the service_name label); default: every service, one alert each",
+    )
+    parser.add_argument(
+        "--burn-rate",
+        metavar="SEVERITY:LONG/SHORT:RATE",
+        action="append",
+        type=_burn_rate,
+        dest="burn_rates",
+        help="an alert row, repeatable, replacing the default ones: "
+        + ", ".join(f"{b.severity}:{b.long_window}/{b.short_window}:{b.rate:g}" for b in WORKBOOK_BURN_RATES),
+    )
+    parser.add_argument(
+        "--jaeger",
+        metavar="URL",
+        default="http://localhost:16686",
+        help="the Jaeger UI that alert annotations link to (default: http://localhost:16686)",
+    )
+    parser.set_defaults(run=run)
+
+
+def _burn_rate(text: str) -> BurnRate:
+    try:
+        return parse_burn_rate(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the budget file, write its rules, and print any notes to standard error."""
+    try:
+        config = load_budgets(args.file)
+    except BudgetConfigError as exc:
+        raise CliError(str(exc)) from None
+    text, notes = rules_document(
+        config,
+        source=args.file,
+        burn_rates=args.burn_rates or WORKBOOK_BURN_RATES,
+        service=args.service,
+        jaeger_url=args.jaeger,
+    )
+    for note in notes:
+        print(f"latency-budget: note: {note}", file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    print(f"Wrote {args.output}.", file=sys.stderr)
+    return 0
