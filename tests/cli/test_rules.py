@@ -1,0 +1,244 @@
+"""`latency-budget rules`: which recording rules and alerts a budget file gives, its options and its errors.
+
+promtool checks the same output in tests/prometheus; a real Prometheus runs it in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from latency_budget.cli import main
+
+from .conftest import REPO, run_cli
+
+EXAMPLE = REPO / "budgets.example.yaml"
+WINDOWS = ["5m", "30m", "1h", "6h", "3d"]
+
+
+def _generate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[dict[str, Any]], str]:
+    """The rules of `latency-budget rules ARGS` (one group), and what it wrote to standard error."""
+    assert main(["rules", *args]) == 0
+    out, err = capsys.readouterr()
+    document = yaml.safe_load(out)
+    (group,) = document["groups"]
+    return list(group["rules"]), err
+
+
+def _budgets(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "budgets.yaml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_example_records_every_budget_over_every_window(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each stage with a budget, the total and the first token get one ratio rule per alert window."""
+    rules, _ = _generate(capsys, str(EXAMPLE))
+    recorded = [
+        (r["record"].removeprefix("latency_budget:requests_over_budget:ratio_rate"), r["labels"])
+        for r in rules
+        if r.get("record", "").startswith("latency_budget:requests_over_budget:")
+    ]
+    targets = [("guardrails", "stage"), ("cache", "stage"), ("retrieval", "stage"), ("model_call", "stage")]
+    targets += [("tool_calls", "stage"), ("total", "total"), ("total", "first_token")]
+    assert recorded == [
+        (window, {"latency_budget_stage": stage, "latency_budget_kind": kind})
+        for stage, kind in targets
+        for window in WINDOWS
+    ]
+    model_1h = next(
+        r["expr"]
+        for r in rules
+        if r.get("record", "").endswith("rate1h") and r["labels"]["latency_budget_stage"] == "model_call"
+    )
+    assert 'latency_budget_requests_total{latency_budget_stage="model_call", latency_budget_kind="stage", ' in model_1h
+    assert 'latency_budget_within_budget="false"}[1h]' in model_1h
+
+
+def test_example_alerts_on_each_objective_with_the_workbook_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """Per profile and budget with an objective: page 1h/5m at 14.4x, page 6h/30m at 6x, ticket 3d/6h at 1x."""
+    rules, err = _generate(capsys, str(EXAMPLE))
+    assert err == ""
+    alerts = [r for r in rules if "alert" in r]
+    assert {r["alert"] for r in alerts} == {"LatencyBudgetBurnRate"}
+    keys = {
+        (r["labels"]["latency_budget_profile"], r["labels"]["latency_budget_stage"], r["labels"]["latency_budget_kind"])
+        for r in alerts
+    }
+    stages = {"guardrails", "cache", "retrieval", "model_call", "tool_calls"}
+    expected = {(p, s, "stage") for p in ("default", "voice") for s in stages}
+    expected |= {(p, "total", k) for p in ("default", "voice") for k in ("total", "first_token")}
+    assert keys == expected
+    assert len(alerts) == 3 * len(expected)
+    guardrails = [
+        r
+        for r in alerts
+        if r["labels"]["latency_budget_stage"] == "guardrails" and r["labels"]["latency_budget_profile"] == "default"
+    ]
+    assert [(r["labels"]["severity"], r["labels"]["window"]) for r in guardrails] == [
+        ("page", "1h"),
+        ("page", "6h"),
+        ("ticket", "3d"),
+    ]
+    page = guardrails[0]
+    assert page["expr"] == (
+        'latency_budget:requests_over_budget:ratio_rate1h{latency_budget_stage="guardrails", '
+        'latency_budget_kind="stage", latency_budget_profile="default"} > (14.4 * (1 - 0.95))\n'
+        "and\n"
+        'latency_budget:requests_over_budget:ratio_rate5m{latency_budget_stage="guardrails", '
+        'latency_budget_kind="stage", latency_budget_profile="default"} > (14.4 * (1 - 0.95))\n'
+    )
+    annotations = page["annotations"]
+    assert annotations["budget"] == "200ms, severity warn"
+    assert annotations["objective"] == "95%"
+    assert annotations["ratio"] == "{{ $value | humanizePercentage }}"
+    assert annotations["next"] == (
+        "latency-budget report --jaeger http://localhost:16686 --service {{ $labels.service_name }} "
+        f"--lookback 1h --budgets {EXAMPLE}"
+    )
+    # A warn-level stage's spans over budget are marked latency_budget.warned, not .violated.
+    assert annotations["jaeger_search"].endswith(
+        "tags=%7B%22latency_budget.stage%22%3A%22guardrails%22%2C%22latency_budget.warned%22%3A%22true%22%7D"
+    )
+    assert "more than 72% did" in annotations["description"]  # 14.4 x 5%
+
+
+def test_objectives_are_recorded_for_graphs(capsys: pytest.CaptureFixture[str]) -> None:
+    """latency_budget:objective:ratio holds each objective, labelled like the ratio it applies to."""
+    rules, _ = _generate(capsys, str(EXAMPLE))
+    objectives = {
+        (
+            r["labels"]["latency_budget_profile"],
+            r["labels"]["latency_budget_stage"],
+            r["labels"]["latency_budget_kind"],
+        ): r["expr"]
+        for r in rules
+        if r.get("record") == "latency_budget:objective:ratio"
+    }
+    assert objectives[("default", "guardrails", "stage")] == "vector(0.95)"
+    assert objectives[("default", "model_call", "stage")] == "vector(0.99)"
+    assert objectives[("voice", "total", "first_token")] == "vector(0.995)"
+    assert objectives[("voice", "total", "total")] == "vector(0.99)"
+
+
+def test_service_restricts_every_selector(capsys: pytest.CaptureFixture[str]) -> None:
+    """--service NAME adds service_name="NAME" to every series selector and names it in annotations, escaped."""
+    rules, _ = _generate(capsys, str(EXAMPLE), "--service", 'eu "checkout"')
+    selectors = [
+        s for r in rules if "record" in r for s in re.findall(r"latency_budget_requests_total\{[^}]*\}", r["expr"])
+    ]
+    assert selectors
+    assert all(s.startswith('latency_budget_requests_total{service_name="eu \\"checkout\\"", ') for s in selectors)
+    alert = next(r for r in rules if "alert" in r)
+    assert '--service eu "checkout" ' in alert["annotations"]["next"]
+    assert "search?service=eu%20%22checkout%22&" in alert["annotations"]["jaeger_search"]
+
+
+def test_burn_rates_replace_the_workbook_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    """--burn-rate rows replace the defaults, and their windows are the ones recorded."""
+    rules, _ = _generate(capsys, str(EXAMPLE), "--burn-rate", "page:2m/30s:10", "--burn-rate", "ticket:1h30m/10m:2.5")
+    windows = {r["record"].rsplit("rate", 1)[1] for r in rules if r.get("record", "").startswith("latency_budget:req")}
+    assert windows == {"30s", "2m", "10m", "1h30m"}
+    rows = {(r["labels"]["severity"], r["labels"]["window"]) for r in rules if "alert" in r}
+    assert rows == {("page", "2m"), ("ticket", "1h30m")}
+    assert any("> (2.5 * (1 - 0.99))" in r["expr"] for r in rules if "alert" in r)
+
+
+def test_a_file_without_objectives_gets_recording_rules_and_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No objective anywhere: ratios are still recorded, no alert is written, and stderr says why."""
+    path = _budgets(tmp_path, "version: 1\nstages: {model_call: {budget_ms: 800}}\n")
+    rules, err = _generate(capsys, path)
+    assert [r for r in rules if "alert" in r] == []
+    assert {r["labels"]["latency_budget_stage"] for r in rules} == {"model_call", "total"}
+    assert err == (
+        f"latency-budget: note: {path} sets no objective: recording rules only (add e.g. 'objective: 99%' at the top)\n"
+    )
+
+
+def test_an_alert_that_can_never_fire_is_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An objective of 90% with a 14.4x burn rate needs 144% of requests over budget: the note says so."""
+    path = _budgets(tmp_path, "version: 1\nstages: {model_call: {budget_ms: 800, objective: 90%}}\n")
+    _, err = _generate(capsys, path)
+    assert err == (
+        "latency-budget: note: stage model_call (profile default): objective 90% with a 14.4x burn rate would need "
+        "more than every request over budget: the page alert over 1h/5m can never fire\n"
+    )
+
+
+def test_stages_without_a_budget_get_no_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A tracked stage (no budget in any profile) has nothing to record; one budgeted only in a profile does."""
+    path = _budgets(
+        tmp_path,
+        "version: 1\nobjective: 99%\nstages:\n  model_call: {}\n  rerank: {match: {name: rerank}}\n"
+        "profiles:\n  - name: batch\n    when: {name: batch}\n    stages: {rerank: {budget_ms: 50}}\n",
+    )
+    rules, _ = _generate(capsys, path)
+    stages = {r["labels"]["latency_budget_stage"] for r in rules if "record" in r}
+    assert stages == {"rerank", "total"}
+    alerted = {
+        (r["labels"]["latency_budget_profile"], r["labels"]["latency_budget_stage"]) for r in rules if "alert" in r
+    }
+    assert alerted == {("batch", "rerank"), ("batch", "total")}
+
+
+def test_output_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """-o FILE writes the rules there, headed by a comment naming the budget file, and says so on stderr."""
+    out = tmp_path / "rules.yml"
+    assert main(["rules", str(EXAMPLE), "-o", str(out)]) == 0
+    assert capsys.readouterr() == ("", f"Wrote {out}.\n")
+    text = out.read_text(encoding="utf-8")
+    assert text.startswith(f"# Prometheus rules for the latency budgets of {EXAMPLE},\n")
+    assert yaml.safe_load(text)["groups"][0]["name"] == f"latency-budget {EXAMPLE}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--burn-rate", "page:1h:14.4"],
+            "expected SEVERITY:LONG/SHORT:RATE such as page:1h/5m:14.4, got 'page:1h:14.4'",
+        ),
+        (
+            ["--burn-rate", "page:5m/1h:14.4"],
+            "the short window must be shorter than the long one, got 'page:5m/1h:14.4'",
+        ),
+        (["--burn-rate", "page:1h/5x:14.4"], "expected a duration such as 30s, 5m, 1h or 3d, got '5x'"),
+        (["--burn-rate", "page:1h/0m:14.4"], "expected a duration above zero, got '0m'"),
+        (["--burn-rate", "page:1h/5m:fast"], "expected a positive burn rate such as 14.4, got 'fast'"),
+        (["--burn-rate", "page:1h/5m:-1"], "expected a positive burn rate such as 14.4, got '-1'"),
+        (["--burn-rate", "Page:1h/5m:1"], "severity must match [a-z][a-z0-9_]*, got 'Page'"),
+    ],
+)
+def test_bad_burn_rates_are_one_line_usage_errors(args: list[str], message: str) -> None:
+    """A malformed --burn-rate exits 2 with one line that says what is wrong."""
+    result = run_cli("rules", EXAMPLE, *args)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert message in result.stderr
+
+
+def test_a_bad_budget_file_is_one_line_with_file_line_and_key(tmp_path: Path) -> None:
+    """An invalid budget file exits 2 with the loader's file:line: key: message, and writes nothing."""
+    path = _budgets(tmp_path, "version: 1\nstages:\n  model_call: {budget_ms: 800, objective: 100%}\n")
+    result = run_cli("rules", path)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"latency-budget: {path}:3: stages.model_call.objective: expected a percentage above 0% and below 100% "
+        "(at most 6 decimals) such as '99%' or '99.9%', got '100%'\n"
+    )
+
+
+def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
+    """-o into a folder that does not exist exits 2 with one line naming the file."""
+    out = tmp_path / "missing" / "rules.yml"
+    result = run_cli("rules", EXAMPLE, "-o", out)
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"latency-budget: {out}: cannot write: ")
+    assert len(result.stderr.strip().splitlines()) == 1
