@@ -1,5 +1,5 @@
-# Image for the `demo` service of docker-compose.yml: installs this package and runs
-# `latency-budget demo`, which sends example AI-request traces to an OTLP endpoint.
+# Image for the `demo` and `rules` services of docker-compose.yml: installs this package and
+# runs `latency-budget demo`, which sends example AI-request traces to an OTLP endpoint.
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,7 +12,10 @@ WORKDIR /src
 COPY . .
 RUN pip install . && rm -rf /src
 
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin demo
+# /rules: docker-compose.yml's `rules` service writes the Prometheus rules there, into a
+# volume that starts as a copy of this folder (so owned by demo).
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin demo \
+    && install -d -o demo -g demo /rules
 USER demo
 WORKDIR /home/demo
 

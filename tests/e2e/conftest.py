@@ -21,6 +21,9 @@ Fixtures:
                     tests that stop and restart it; stopped after the test.
     service_name    str: a service.name unique to the test, so that searches in the shared
                     Jaeger and the shared Prometheus endpoint see only the test's own data.
+    prometheus_binary
+                    str: the path of Debian's ``prometheus`` (skips, or fails under CI=true,
+                    when missing); tests start their own Prometheus with ``start_prometheus``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from ..binaries import require_program
 from .services import (
     CollectorService,
     JaegerService,
@@ -75,6 +79,12 @@ def otel_tools() -> Tools:
             pytest.fail(f"{reason} (CI=true: e2e tests must run in CI)", pytrace=False)
         pytest.skip(reason)
     return tools
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    """Path of the prometheus server; skip (or fail under CI=true) if missing."""
+    return require_program("prometheus", install="apt-get install prometheus")
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,11 @@
-"""Run the real OpenTelemetry Collector and Jaeger v2 on free loopback ports for e2e tests.
+"""Run the real OpenTelemetry Collector, Jaeger v2 and Prometheus on free loopback ports for e2e tests.
 
-The binaries come from ``scripts/build-tools`` (``$LATENCY_BUDGET_TOOLS_DIR/bin``, default
-``<repo>/.tools/bin``). The collector runs the repository's own ``collector-config.yaml``
-and Jaeger the repository's ``jaeger-config.yaml``; only the environment variables those
-files read are set here (ports, file paths, sampling knobs).
+The Collector and Jaeger come from ``scripts/build-tools`` (``$LATENCY_BUDGET_TOOLS_DIR/bin``,
+default ``<repo>/.tools/bin``), Prometheus from Debian's ``prometheus`` package. The
+collector runs the repository's own ``collector-config.yaml`` and Jaeger the repository's
+``jaeger-config.yaml``; only the environment variables those files read are set here (ports,
+file paths, sampling knobs). Prometheus gets a config of the test's own: one scrape target
+and one rules file.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG = REPO_DIR / "collector-config.yaml"
@@ -351,3 +353,73 @@ def start_collector(
         logs_file=logs_file,
         traces_file=traces_file,
     )
+
+
+@dataclass
+class PrometheusService:
+    """A real Prometheus (Debian's package) scraping one target and loading one rules file; on 127.0.0.1."""
+
+    process: ManagedProcess
+    url: str  # http://host:port, the UI and HTTP API
+
+    def api(self, path: str, **params: str) -> Any:
+        """GET ``/api/v1/<path>``; return its ``data``, raising when Prometheus reports an error."""
+        query = urllib.parse.urlencode(params)
+        status, body = http_get(f"{self.url}/api/v1/{path}" + (f"?{query}" if query else ""))
+        if status != 200:
+            raise ServiceError(f"Prometheus /api/v1/{path} answered {status}: {body[:500]!r}")
+        answer = json.loads(body)
+        if answer.get("status") != "success":
+            raise ServiceError(f"Prometheus /api/v1/{path}: {answer}")
+        return answer["data"]
+
+    def query(self, expr: str) -> list[tuple[dict[str, str], float]]:
+        """An instant query's vector, as (labels, value) pairs."""
+        data = self.api("query", query=expr)
+        return [(dict(item["metric"]), float(item["value"][1])) for item in data["result"]]
+
+
+def start_prometheus(
+    binary: str,
+    work_dir: Path,
+    *,
+    scrape_url: str,
+    rules_file: Path,
+    interval: str = "1s",
+) -> PrometheusService:
+    """Start Prometheus on a free loopback port, scraping ``scrape_url`` and evaluating ``rules_file``."""
+    (port,) = free_ports(1)
+    target = urllib.parse.urlsplit(scrape_url)
+    config = work_dir / "prometheus.yml"
+    config.write_text(
+        json.dumps(  # JSON is YAML: no quoting to get wrong
+            {
+                "global": {"scrape_interval": interval, "evaluation_interval": interval},
+                "rule_files": [str(rules_file)],
+                "scrape_configs": [
+                    {
+                        "job_name": "otelcol",
+                        "metrics_path": target.path or "/metrics",
+                        "static_configs": [{"targets": [target.netloc]}],
+                    }
+                ],
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
+    url = f"http://{LOOPBACK}:{port}"
+    process = ManagedProcess(
+        name="prometheus",
+        argv=[
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={work_dir / 'data'}",
+            f"--web.listen-address={LOOPBACK}:{port}",
+        ],
+        env={},
+        log_path=work_dir / "prometheus.log",
+        health_url=f"{url}/-/ready",
+    )
+    process.start()
+    return PrometheusService(process=process, url=url)

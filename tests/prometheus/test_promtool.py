@@ -259,3 +259,43 @@ def test_the_unit_tests_can_fail(promtool: str, tmp_path: Path) -> None:
     result = _promtool(promtool, "test", "rules", tests.name, cwd=tmp_path)
     assert result.returncode != 0
     assert "FAILED" in result.stdout + result.stderr
+
+
+# -- the docker compose stack ------------------------------------------------------------
+
+
+def _compose() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    return document
+
+
+def test_compose_pins_the_prometheus_ci_tests(promtool: str) -> None:
+    """docker-compose.yml's Prometheus image is the release of the promtool these tests run (Debian's package)."""
+    version = re.search(r"version (\d+\.\d+\.\d+)", _promtool(promtool, "--version").stdout)
+    assert version is not None
+    assert _compose()["services"]["prometheus"]["image"] == f"prom/prometheus:v{version.group(1)}"
+
+
+def test_compose_prometheus_loads_the_generated_rules(promtool: str, tmp_path: Path) -> None:
+    """Compose writes the rules where prometheus-config.yaml reads them, and the two pass `promtool check config`."""
+    services = _compose()["services"]
+    command = services["rules"]["command"]
+    assert command[:3] == ["latency-budget", "rules", "budgets.example.yaml"]
+    output = Path(command[command.index("--output") + 1])
+    (rules_volume,) = [v for v in services["rules"]["volumes"] if v.endswith(f":{output.parent}")]
+    mounted = next(v for v in services["prometheus"]["volumes"] if v.startswith(rules_volume.split(":")[0] + ":"))
+    rules_dir = Path(mounted.split(":")[1])
+    config = yaml.safe_load((REPO / "prometheus-config.yaml").read_text(encoding="utf-8"))
+    (pattern,) = config["rule_files"]
+    assert (rules_dir / output.name).match(pattern)
+    # Run the same command here, and point a copy of the config at its output.
+    (tmp_path / "rules").mkdir()
+    generated = tmp_path / "rules" / output.name
+    argv = [*command[1:2], str(REPO / command[2]), *command[3 : command.index("--output")], "-o", str(generated)]
+    assert main(argv) == 0
+    config["rule_files"] = [str(generated.parent / Path(pattern).name)]
+    copy = tmp_path / "prometheus.yml"
+    copy.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = _promtool(promtool, "check", "config", copy)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {_rule_count(generated)} rules found" in result.stdout
