@@ -126,13 +126,14 @@ def test_objectives_are_recorded_for_graphs(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_service_restricts_every_selector(capsys: pytest.CaptureFixture[str]) -> None:
-    """--service NAME adds service_name="NAME" to every series selector and names it in annotations, escaped."""
+    """--service NAME puts service_name="NAME" in every selector, alerts included, and in the annotations."""
     rules, _ = _generate(capsys, str(EXAMPLE), "--service", 'eu "checkout"')
-    selectors = [
-        s for r in rules if "record" in r for s in re.findall(r"latency_budget_requests_total\{[^}]*\}", r["expr"])
-    ]
-    assert selectors
-    assert all(s.startswith('latency_budget_requests_total{service_name="eu \\"checkout\\"", ') for s in selectors)
+    selectors = [s for r in rules for s in re.findall(r"latency_budget[_:a-z0-9]+\{[^}]*\}", r["expr"])]
+    assert {s.split("{")[0] for s in selectors} == {
+        "latency_budget_requests_total",
+        *(f"latency_budget:requests_over_budget:ratio_rate{window}" for window in WINDOWS),
+    }
+    assert all(s.split("{")[1].startswith('service_name="eu \\"checkout\\"", ') for s in selectors)
     alert = next(r for r in rules if "alert" in r)
     assert '--service eu "checkout" ' in alert["annotations"]["next"]
     assert "search?service=eu%20%22checkout%22&" in alert["annotations"]["jaeger_search"]

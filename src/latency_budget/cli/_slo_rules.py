@@ -257,7 +257,9 @@ def _number(value: float) -> str:
 def _alert(
     objective: _Objective, burn: BurnRate, *, source: str, service: str | None, jaeger_url: str
 ) -> dict[str, Any]:
-    matchers = [*objective.target.matchers(), f"{PROFILE_LABEL}={_quote(objective.profile)}"]
+    # With --service, other rules files may record the same ratios for other services.
+    matchers = [f"{SERVICE_LABEL}={_quote(service)}"] if service else []
+    matchers += [*objective.target.matchers(), f"{PROFILE_LABEL}={_quote(objective.profile)}"]
     objective_text = format_objective(objective.objective)
     allowed = 1 - Decimal(repr(objective.objective))
     burning = _percent(Decimal(repr(burn.rate)) * allowed)
