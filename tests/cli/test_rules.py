@@ -243,3 +243,22 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"latency-budget: {out}: cannot write: ")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_readme_shows_a_generated_alert_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """The alert in README's "Alerting on budgets" is, key for key, what the command it names writes."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Alerting on budgets", 1)[1]
+    match = re.search(r"A generated alert \(`latency-budget (rules [^`]+)`\):\n\n```yaml\n(.*?)```", section, re.S)
+    assert match is not None
+    command, block = match.groups()
+    (shown,) = yaml.safe_load(block)
+    args = command.split()
+    assert args[:2] == ["rules", "budgets.example.yaml"]
+    rules, _ = _generate(capsys, str(EXAMPLE), *args[2:])
+    labels = shown["labels"]
+    (written,) = [r for r in rules if "alert" in r and r["labels"] == labels]
+    written["annotations"] = {
+        key: value.replace(str(EXAMPLE), "budgets.example.yaml") for key, value in written["annotations"].items()
+    }
+    assert written == shown

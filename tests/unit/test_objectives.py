@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from latency_budget import BudgetConfigError, load_budgets
+
+REPO = Path(__file__).resolve().parents[2]
 
 FULL = """\
 version: 1
@@ -106,3 +110,14 @@ def test_objectives_outside_0_to_100_percent_are_rejected(value: str) -> None:
 def test_objective_errors_name_file_line_and_key(text: str, message: str) -> None:
     """Each misplaced or malformed objective key is reported at its own line and key path."""
     assert error_of(text).startswith(message)
+
+
+def test_the_readme_objective_example_loads_as_it_says() -> None:
+    """README's objective example loads, with the default, a stage's own and the profile's overrides as it says."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8").split("## Alerting on budgets", 1)[1]
+    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    config = load_budgets(text=example, source="README.md")
+    default, voice = config.default, config.budgets_by_profile("voice")
+    assert (default.stage("model_call").objective, default.stage("guardrails").objective) == (0.99, 0.95)
+    assert (default.total_objective, default.first_token_objective) == (0.995, 0.99)
+    assert (voice.stage("model_call").objective, voice.first_token_objective) == (0.999, 0.995)
