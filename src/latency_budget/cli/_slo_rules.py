@@ -147,7 +147,7 @@ class _Objective:
     profile: str
     objective: float
     budget: str  # for people: "3500ms, first token 800ms, at most 4 calls"
-    what: str  # "model_call broke its budget", "the request took longer than total_ms"
+    subject: str  # what is over budget: "model_call", "total time", "time to first token"
     jaeger_tags: dict[str, str]
     min_duration: str | None = None
 
@@ -192,7 +192,7 @@ def _targets_and_objectives(config: BudgetConfig) -> tuple[list[_Target], list[_
                         budgets.profile,
                         stage.objective,
                         _stage_budget_text(stage),
-                        f"{name} broke its budget",
+                        name,
                         {STAGE: name, flag: "true"},
                     )
                 )
@@ -216,9 +216,9 @@ def _targets_and_objectives(config: BudgetConfig) -> tuple[list[_Target], list[_
                         budgets.profile,
                         objective,
                         f"total {format_ms(budget_ms)}{warn}",
-                        "the request took longer than its total budget",
+                        "total time",
                         tags,
-                        min_duration=f"{budget_ms:g}ms",
+                        min_duration=format_ms(budget_ms),
                     )
                 )
             else:
@@ -230,7 +230,7 @@ def _targets_and_objectives(config: BudgetConfig) -> tuple[list[_Target], list[_
                         budgets.profile,
                         objective,
                         f"first token {format_ms(budget_ms)} from the request's start{warn}",
-                        "the first token came later than its budget",
+                        "time to first token",
                         tags,
                     )
                 )
@@ -251,7 +251,9 @@ def _ratio_expr(target: _Target, window: str, service: str | None) -> str:
 
 
 def _number(value: float) -> str:
-    return f"{value:g}" if abs(value) >= 1e-4 else repr(value)
+    """A burn rate as written by people (14.4, 6, 1), exactly: PromQL reads the same number back."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _alert(
@@ -287,7 +289,7 @@ def _alert(
         },
         "annotations": {
             "summary": (
-                f"{objective.what} in {{{{ $value | humanizePercentage }}}} of requests over the last "
+                f"{objective.subject} over budget in {{{{ $value | humanizePercentage }}}} of requests over the last "
                 f"{burn.long_window} ({profile}; objective {objective_text} within budget)"
             ),
             "description": (
