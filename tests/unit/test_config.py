@@ -190,7 +190,11 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
         ),
         (
             "version: 1\nstages:\n  model_call: {budget_ms: 1" + "0" * 400 + "}\n",
-            "budgets.yaml:3: stages.model_call.budget_ms: expected a positive, finite number, got 1000000000",
+            "budgets.yaml:3: stages.model_call.budget_ms: integer too large (more than 64 bits)",
+        ),
+        (
+            "version: 1\nstages:\n  model_call: {budget_ms: 1" + "0" * 400 + ".0}\n",
+            "budgets.yaml:3: stages.model_call.budget_ms: expected a positive, finite number, got inf",
         ),
         (
             "version: 1\nstages:\n  model_call:\n    budget_ms: 800\n    budjet: 3\n",

@@ -8,7 +8,6 @@ import os
 import re
 from collections.abc import Iterable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, NoReturn
 
 from opentelemetry.trace import SpanKind
@@ -20,6 +19,7 @@ from latency_budget._config.genai_defaults import (
     DEFAULT_PARALLELIZABLE,
     builtin_rules,
 )
+from latency_budget._config.limits import MAX_PROFILES, MAX_RULES, MAX_STAGES
 from latency_budget._config.matching import GlobError, MatchRule, compile_glob, exact_values
 from latency_budget._config.model import (
     DEFAULT_PROFILE,
@@ -32,7 +32,13 @@ from latency_budget._config.model import (
     StageDefinition,
     TimeUnit,
 )
-from latency_budget._config.yaml_source import LocatedDict, LocatedList, parse_yaml
+from latency_budget._config.yaml_source import (
+    LocatedDict,
+    LocatedList,
+    decode_budget_text,
+    parse_yaml,
+    read_budget_file,
+)
 
 __all__ = ["RESERVED_STAGE_NAMES", "load_budgets"]
 
@@ -94,12 +100,7 @@ def load_budgets(
         raise TypeError("load_budgets() takes a path or text=..., not both")
     if path is not None:
         name = os.fspath(path)
-        try:
-            text = Path(name).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise BudgetConfigError(name, None, "", f"cannot read budget file: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise BudgetConfigError(name, None, "", f"not UTF-8 text: {exc.reason}") from None
+        text = decode_budget_text(read_budget_file(name, name).data, name)
         source = source or name
     assert text is not None
     return _Builder(source or "<text>").build(parse_yaml(text, source or "<text>"))
@@ -108,6 +109,7 @@ def load_budgets(
 class _Builder:
     def __init__(self, source: str) -> None:
         self.source = source
+        self.rule_count = 0
 
     # -- error helpers ---------------------------------------------------------------
 
@@ -241,6 +243,8 @@ class _Builder:
         stages = self.mapping(doc["stages"], doc.key_lines["stages"], "stages")
         if not stages:
             self.fail(stages.line, "stages", "expected at least one stage")
+        if len(stages) > MAX_STAGES:
+            self.fail(stages.line, "stages", f"more than {MAX_STAGES} stages ({len(stages)})")
         definitions_list: list[StageDefinition] = []
         budgets_list: list[StageBudget] = []
         for name, body in stages.items():
@@ -318,6 +322,9 @@ class _Builder:
         )
 
     def rule(self, spec: LocatedDict, path: str) -> MatchRule:
+        self.rule_count += 1
+        if self.rule_count > MAX_RULES:
+            self.fail(spec.line, path, f"more than {MAX_RULES} match rules in the file")
         self.check_keys(spec, _RULE_KEYS, path)
         if not spec:
             self.fail(
@@ -391,6 +398,8 @@ class _Builder:
         items = doc["profiles"]
         if not isinstance(items, LocatedList):
             self.fail(doc.key_lines["profiles"], "profiles", f"expected a list of profiles, got {_describe(items)}")
+        if len(items) > MAX_PROFILES:
+            self.fail(items.line, "profiles", f"more than {MAX_PROFILES} profiles ({len(items)})")
         names: dict[str, int] = {}
         profiles: list[Profile] = []
         for i, (item, item_line) in enumerate(zip(items, items.item_lines, strict=True)):
