@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,13 @@ BETA = "version: 1\nstages:\n  beta:\n    budget_ms: 250\n    match: {name: 'wor
 BROKEN = "version: 1\nstages:\n  alpha:\n    budget_ms: fast\n    match: {name: 'work*'}\n"
 
 
+def write_settled(path: Path, text: str) -> None:
+    """Write a budget file as one left alone since a minute ago: its mtime is that old, so it has settled."""
+    path.write_text(text, encoding="utf-8")
+    a_minute_ago = time.time_ns() - 60 * 10**9
+    os.utime(path, ns=(a_minute_ago, a_minute_ago))
+
+
 class Setup:
     """A budget file, a processor loaded from it, and a provider exporting into memory."""
 
@@ -40,7 +48,7 @@ class Setup:
         self.tracer = self.provider.get_tracer("tests")
 
     def write(self, text: str) -> None:
-        self.path.write_text(text, encoding="utf-8")
+        write_settled(self.path, text)
 
     def request(self, *, children: int = 1, child_ms: float = 150) -> int:
         """One trace: a root and ``children`` sequential `work` spans. Returns the root's trace id."""
@@ -126,7 +134,7 @@ def test_config_loaded_from_a_file_is_watched_too(tmp_path: Path) -> None:
     path.write_text(ALPHA, encoding="utf-8")
     processor = LatencyBudgetProcessor(load_budgets(path), SimpleSpanProcessor(InMemorySpanExporter()))
     assert processor.reload_now() is False
-    path.write_text(BETA, encoding="utf-8")
+    write_settled(path, BETA)
     assert processor.reload_now() is True
     assert processor.config.stage_names == ("beta",)
     processor.shutdown()
@@ -202,7 +210,7 @@ def test_a_failing_swap_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFi
 
     watcher = BudgetFileWatcher(path, explode)
     watcher.load()
-    path.write_text(BETA, encoding="utf-8")
+    write_settled(path, BETA)
     with caplog.at_level(logging.ERROR, logger="latency_budget"):
         assert watcher.check() is False
     assert "internal error" in caplog.records[0].getMessage()
@@ -299,7 +307,7 @@ def test_interval_thread_checks_once_per_tick_and_stops(tmp_path: Path) -> None:
     ticks = Ticks()
     watcher.start(7.5, wakeup=ticks)
     assert ticks.waiting.acquire(timeout=10)  # waiting before its first check
-    path.write_text(BETA, encoding="utf-8")
+    write_settled(path, BETA)
     ticks.tick()
     assert ticks.waiting.acquire(timeout=10)  # one check done, waiting again
     assert [config.stage_names for config in swapped] == [("beta",)]
@@ -389,7 +397,7 @@ def test_forked_child_restarts_the_reload_thread(tmp_path: Path) -> None:
         try:
             os.close(read_fd)
             running = watcher.running
-            path.write_text(BETA, encoding="utf-8")
+            write_settled(path, BETA)
             result = {"running": running, "swapped": watcher.check(), "stages": list(swapped[-1].stage_names)}
             watcher.stop()
             result["stopped"] = not watcher.running

@@ -2,9 +2,9 @@
 
 :class:`BudgetFileWatcher` re-reads the file when asked (:meth:`~BudgetFileWatcher.check`)
 or every N seconds on a daemon thread (:meth:`~BudgetFileWatcher.start`), never on the
-span hot path. A changed file that loads is passed to ``on_change``; one that does not
-keeps the last good configuration and logs the loader's error (file, line and key) once
-per broken version, never raising into the application.
+span hot path. A changed file that loads, once it has stopped changing, is passed to
+``on_change``; one that does not keeps the last good configuration and logs the loader's
+error (file, line and key) once per broken version, never raising into the application.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,12 +22,15 @@ from pathlib import Path
 from latency_budget._config.errors import BudgetConfigError
 from latency_budget._config.loader import load_budgets
 from latency_budget._config.model import BudgetConfig
+from latency_budget._config.yaml_source import decode_budget_text, read_budget_file
 
-__all__ = ["RELOAD_INTERVAL_ENV", "BudgetFileWatcher", "reload_interval", "watch_budgets"]
+__all__ = ["RELOAD_INTERVAL_ENV", "SETTLE_S", "BudgetFileWatcher", "reload_interval", "watch_budgets"]
 
 logger = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_ENV = "OTEL_LATENCY_BUDGET_RELOAD_INTERVAL"
+SETTLE_S = 2.0
+"""A changed budget file is loaded once it has stayed unchanged this long (seconds)."""
 
 
 def reload_interval(argument: float | None, env: Mapping[str, str] | None = None) -> float | None:
@@ -78,12 +82,20 @@ def watch_budgets(
 
 
 class BudgetFileWatcher:
-    """Reloads one budget file when its content changes.
+    """Reloads one budget file when its content changes, once the change has settled.
 
     The file is read and hashed on every check: mtime and size miss a rewrite within
     the file system's timestamp granularity that keeps the size, and budget files are
-    small. ``source`` (default: the path as given) names the file in error messages;
-    the path is resolved once, so a later ``chdir`` does not change which file is read.
+    small (see :mod:`latency_budget._config.limits`). A changed version is loaded only
+    once it has stayed the same (device, inode, size, mtime and content) for
+    ``settle_s`` seconds, judged by its mtime or by when this watcher first saw it, so
+    a file caught in the middle of being written is never judged; a check that finds
+    a change too recent arms one follow-up check for when it will have settled.
+    Reading never blocks: a FIFO or a device is refused without waiting for a writer.
+
+    ``source`` (default: the path as given) names the file in error messages; the path
+    is resolved once, so a later ``chdir`` does not change which file is read. ``clock``
+    (monotonic seconds) is for tests.
     """
 
     def __init__(
@@ -92,13 +104,22 @@ class BudgetFileWatcher:
         on_change: Callable[[BudgetConfig], object],
         *,
         source: str | None = None,
+        settle_s: float = SETTLE_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not (_positive(settle_s) or settle_s == 0):
+            raise ValueError(f"settle_s must be a number of seconds, got {settle_s!r}")
         self.source = source or os.fspath(path)
         self._path = Path(os.path.abspath(path))
         self._on_change = on_change
+        self._settle_s = settle_s
+        self._clock = clock
         self._lock = threading.Lock()
         self._digest: bytes | None = None  # of the content last loaded (or found broken)
         self._failure: object = None  # what the last logged failure was about
+        self._pending: tuple[object, float] | None = None  # a changed version not settled yet, first seen when
+        self._follow_up: threading.Timer | None = None
+        self._closed = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._interval: float | None = None
@@ -111,7 +132,7 @@ class BudgetFileWatcher:
     def load(self) -> BudgetConfig:
         """Load the file now and remember its content; raises :class:`BudgetConfigError`."""
         with self._lock:
-            data = self._read()
+            data = read_budget_file(self._path, self.source).data
             config = self._parse(data)
             self._digest = hashlib.sha256(data).digest()
             return config
@@ -120,71 +141,90 @@ class BudgetFileWatcher:
         """Take the file's present content as the one already loaded (for a config loaded elsewhere)."""
         with self._lock:
             try:
-                self._digest = hashlib.sha256(self._read()).digest()
+                self._digest = hashlib.sha256(read_budget_file(self._path, self.source).data).digest()
             except BudgetConfigError:
                 self._digest = None
 
     def check(self) -> bool:
-        """Reload if the file changed. True when a new configuration was handed to ``on_change``.
+        """Reload if the file changed and has settled. True when a new configuration was handed to ``on_change``.
 
-        Never raises: a broken or unreadable file keeps the last good configuration and
-        logs one error per broken version (an unchanged broken file is not logged again).
+        Never raises and never blocks on the file: a broken or unreadable file keeps the
+        last good configuration and logs one error per broken version (an unchanged broken
+        file is not logged again), whatever the error.
         """
         try:
             with self._lock:
                 return self._check()
-        except Exception:  # a bug here must not stop the watcher thread or reach the application
-            logger.exception("latency_budget: internal error while checking %s for changes", self.source)
+        except Exception as exc:  # a bug here must not stop the watcher thread or reach the application
+            self._fail(("internal", type(exc), str(exc)), exc, internal=True)
             return False
 
     def _check(self) -> bool:
         try:
-            before = self._path.stat()
-            data = self._path.read_bytes()
-            after = self._path.stat()
-        except OSError as exc:
-            self._fail(("unreadable", exc.errno), self._unreadable(exc))
+            snapshot = read_budget_file(self._path, self.source)
+        except BudgetConfigError as exc:
+            self._fail(("unreadable", exc.detail), exc)
             return False
         if isinstance(self._failure, tuple):
             self._failure = None  # readable again: a later read failure is news
-        if (before.st_mtime_ns, before.st_size) != (after.st_mtime_ns, after.st_size):
-            return False  # being written right now: look again next time, without a false alarm
-        digest = hashlib.sha256(data).digest()
-        if digest == self._digest:
+        if snapshot.changed_while_read:
+            self._pending = None  # being written right now: look again soon, without a false alarm
+            self._arm_follow_up(self._settle_s)
             return False
+        digest = hashlib.sha256(snapshot.data).digest()
+        if digest == self._digest:
+            self._pending = None
+            return False
+        version = (snapshot.version, digest)
+        now = self._clock()
+        if self._pending is None or self._pending[0] != version:
+            self._pending = (version, now)
+        still_for = max(now - self._pending[1], (time.time_ns() - snapshot.mtime_ns) / 1e9)
+        if still_for < self._settle_s:
+            # Changed moments ago: perhaps half written. Load it once it has stayed as it is.
+            self._arm_follow_up(self._settle_s - still_for)
+            return False
+        self._pending = None
+        self._digest = digest
         try:
-            config = self._parse(data)
+            config = self._parse(snapshot.data)
         except BudgetConfigError as exc:
-            self._digest = digest
             self._fail(digest, exc)
             return False
-        self._digest = digest
+        except Exception as exc:  # not the loader's own error: still logged once for this version
+            self._fail(digest, exc, internal=True)
+            return False
         self._failure = None
         self._on_change(config)
         logger.info("latency_budget: reloaded budgets from %s", self.source)
         return True
 
-    def _read(self) -> bytes:
-        try:
-            return self._path.read_bytes()
-        except OSError as exc:
-            raise self._unreadable(exc) from None
-
-    def _unreadable(self, exc: OSError) -> BudgetConfigError:
-        return BudgetConfigError(self.source, None, "", f"cannot read budget file: {exc.strerror or exc}")
-
     def _parse(self, data: bytes) -> BudgetConfig:
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BudgetConfigError(self.source, None, "", f"not UTF-8 text: {exc.reason}") from None
-        return load_budgets(text=text, source=self.source)
+        return load_budgets(text=decode_budget_text(data, self.source), source=self.source)
 
-    def _fail(self, key: object, exc: Exception) -> None:
+    def _fail(self, key: object, exc: Exception, *, internal: bool = False) -> None:
         if key == self._failure:
             return
         self._failure = key
-        logger.error("latency_budget: budget reload failed, keeping the last good budgets: %s", exc)
+        if internal:
+            logger.error(
+                "latency_budget: internal error while checking %s for changes (logged once): %r",
+                self.source,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            logger.error("latency_budget: budget reload failed, keeping the last good budgets: %s", exc)
+
+    def _arm_follow_up(self, delay_s: float) -> None:
+        timer = self._follow_up
+        if self._closed or (timer is not None and timer.is_alive()):
+            return
+        timer = threading.Timer(max(delay_s, 0.01) + 0.01, _follow_up, args=(weakref.ref(self),))
+        timer.name = "latency-budget-reload-settle"
+        timer.daemon = True
+        self._follow_up = timer
+        timer.start()
 
     # -- the interval thread -------------------------------------------------------------
 
@@ -205,6 +245,7 @@ class BudgetFileWatcher:
         if self.running:
             return
         self._interval = interval_s
+        self._closed = False
         self._stop = wakeup if wakeup is not None else threading.Event()
         self._spawn()
 
@@ -219,9 +260,13 @@ class BudgetFileWatcher:
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop the interval thread and wait up to ``timeout_s`` for it; safe to call twice."""
+        """Stop the interval thread (and any follow-up check) and wait up to ``timeout_s``; safe to call twice."""
         self._interval = None
+        self._closed = True
         self._stop.set()
+        timer = self._follow_up
+        if timer is not None:
+            timer.cancel()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout_s)
@@ -230,6 +275,7 @@ class BudgetFileWatcher:
         # Only the forking thread survives a fork: take fresh locks and restart the thread.
         self._lock = threading.Lock()
         self._thread = None
+        self._follow_up = None
         if self._interval is not None and not self._stop.is_set():
             self._stop = threading.Event()
             self._spawn()
@@ -244,3 +290,9 @@ def _watch(ref: weakref.ref[BudgetFileWatcher], stop: threading.Event, interval_
             return
         watcher.check()
         del watcher
+
+
+def _follow_up(ref: weakref.ref[BudgetFileWatcher]) -> None:
+    watcher = ref()
+    if watcher is not None:
+        watcher.check()
