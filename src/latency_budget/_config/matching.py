@@ -14,7 +14,15 @@ from dataclasses import dataclass
 
 from opentelemetry.trace import SpanKind
 
-__all__ = ["AttributeDecision", "GlobError", "MatchRule", "StageClassifier", "compile_glob", "exact_values"]
+__all__ = [
+    "MAX_CACHED_NAME",
+    "AttributeDecision",
+    "GlobError",
+    "MatchRule",
+    "StageClassifier",
+    "compile_glob",
+    "exact_values",
+]
 
 _MISSING = object()
 
@@ -153,18 +161,27 @@ class AttributeDecision:
         return best
 
 
+MAX_CACHED_NAME = 256
+"""Span names and scope names longer than this (characters) are classified every time, never cached."""
+
+
 class StageClassifier:
     """Maps a span to the index of the first stage whose rules match, or -1.
 
     Decisions that do not depend on attributes are cached per (scope, name, kind).
-    The cache is bounded: once full it stops growing and falls back to evaluating the
-    (still precompiled) rules, so high-cardinality span names cannot exhaust memory.
+    The cache is bounded in entries and in bytes: once full it stops growing, and a
+    name or scope longer than ``MAX_CACHED_NAME`` characters is never cached; both fall
+    back to evaluating the (still precompiled) rules. Entries with the same candidate
+    rules share one decision object. So high-cardinality or huge span names cannot
+    exhaust memory: the cache holds at most ``max_cache`` keys of bounded size.
     """
 
-    __slots__ = ("_by_name", "_cache", "_max_cache", "_rules", "late_gate")
+    __slots__ = ("_by_name", "_cache", "_decisions", "_max_cache", "_rules", "late_gate")
 
     def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
         self._rules = tuple(rules)
+        # One decision object per distinct set of candidate rules (by position in _rules).
+        self._decisions: dict[tuple[int, ...], AttributeDecision] = {}
         # For a span that was not labelled at start: when every rule needs an attribute,
         # a span with none of the keys they require matches nothing, whatever its name.
         # None when some rule matches on name, kind or scope alone (then classify).
@@ -183,17 +200,28 @@ class StageClassifier:
         self._by_name: dict[str, tuple[str, SpanKind, int | AttributeDecision]] = {}
 
     def _decision(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
-        found: list[tuple[int, MatchRule]] = []
-        for stage, rule in self._rules:
+        found: list[int] = []
+        rules = self._rules
+        for position, (stage, rule) in enumerate(rules):
             if rule.matches_static(name, kind, scope):
                 if not rule.needs_attributes:
                     if not found:
                         return stage
                     # An unconditional rule after conditional ones: later rules can never win.
-                    found.append((stage, rule))
-                    return _Ordered(tuple(found))
-                found.append((stage, rule))
-        return AttributeDecision(tuple(found)) if found else -1
+                    found.append(position)
+                    return self._shared(tuple(found), ordered=True)
+                found.append(position)
+        return self._shared(tuple(found), ordered=False) if found else -1
+
+    def _shared(self, positions: tuple[int, ...], *, ordered: bool) -> AttributeDecision:
+        # ``ordered`` follows from the positions (the last rule is unconditional), so they are the key.
+        decision = self._decisions.get(positions)
+        if decision is None:
+            candidates = tuple(self._rules[p] for p in positions)
+            decision = _Ordered(candidates) if ordered else AttributeDecision(candidates)
+            if len(self._decisions) < self._max_cache:
+                self._decisions[positions] = decision
+        return decision
 
     def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:
         """What name, kind and scope decide: a stage index (or -1), or the attribute rules left."""
@@ -201,7 +229,8 @@ class StageClassifier:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._decision(name, kind, scope)
-            if len(self._cache) < self._max_cache:
+            # Only on a miss: the cost of a cached lookup stays what it was.
+            if len(self._cache) < self._max_cache and len(name) <= MAX_CACHED_NAME and len(scope) <= MAX_CACHED_NAME:
                 self._cache[key] = entry
                 self._by_name.setdefault(name, (scope, kind, entry))
         return entry
