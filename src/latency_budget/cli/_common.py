@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["CliError", "Subparsers", "example_epilog"]
+__all__ = ["EXIT_INTERNAL", "EXIT_STATUS", "CliError", "Subparsers", "example_epilog"]
+
+EXIT_INTERNAL = 3
+EXIT_STATUS = """\
+exit status:
+  0  success (check: every error-level check passes)
+  1  a budget failed (check: an error-level check fails; validate: the budget file is invalid)
+  2  unusable input: bad options, an unreadable or malformed file, an unreachable Jaeger or Collector
+  3  internal error (please report it)
+  4  the output could not be written (a full disk, a file that cannot be created);
+     a closed standard output (| head) is not an error"""
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 

@@ -12,8 +12,9 @@ from latency_budget._replay import evaluate_spans
 from latency_budget.cli.stats import RunSummary, summarize
 
 from ._common import CliError
+from ._output import warn
 from ._summary import plural
-from .inputs import TraceSet, read_jaeger, read_trace_files
+from .inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
 
 __all__ = [
     "BUILTIN_LABEL",
@@ -27,6 +28,7 @@ __all__ = [
 ]
 
 BUILTIN_LABEL = "the built-in GenAI stages"
+_MAX_TIMEOUT_S = 86_400.0
 _BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
 
 
@@ -47,7 +49,41 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit", metavar="N", type=positive_int, default=1000, help="most traces to fetch (default: 1000)"
     )
     live.add_argument(
-        "--timeout", metavar="SECONDS", type=_seconds, default=30.0, help="HTTP timeout for Jaeger (default: 30)"
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        default=30.0,
+        help="deadline for Jaeger's whole answer, connection included (default: 30)",
+    )
+    bounds = parser.add_argument_group("limits on the input (see the README's Reliability section)")
+    defaults = InputLimits()
+    bounds.add_argument(
+        "--max-input-size",
+        metavar="SIZE",
+        type=_size,
+        default=defaults.max_bytes,
+        help="largest file, standard input or Jaeger answer, after decompression (default: 1G)",
+    )
+    bounds.add_argument(
+        "--max-line-size",
+        metavar="SIZE",
+        type=_size,
+        default=defaults.max_line_bytes,
+        help="longest line of JSON lines (default: 256M)",
+    )
+    bounds.add_argument(
+        "--max-json-depth",
+        metavar="N",
+        type=_depth,
+        default=defaults.max_depth,
+        help=f"deepest nesting of JSON objects and arrays (default: {defaults.max_depth}; at most {MAX_JSON_DEPTH})",
+    )
+    bounds.add_argument(
+        "--max-spans",
+        metavar="N",
+        type=positive_int,
+        default=defaults.max_spans,
+        help=f"most spans over all inputs (default: {defaults.max_spans:,})",
     )
 
 
@@ -74,10 +110,16 @@ class Recorded:
     summary: RunSummary
 
     def intro(self) -> str:
-        """``1000 requests (1000 traces, 15000 spans) from traces.jsonl, budgets from budgets.yaml``."""
+        """``1000 requests (1000 traces, 15000 spans) from traces.jsonl, budgets from budgets.yaml``,
+        with what reading the input repaired (duplicate spans left out, parent cycles broken)."""
+        repairs = self.traces.repairs
+        mended = [
+            *([plural(repairs.duplicate_spans, "duplicate span") + " left out"] if repairs.duplicate_spans else []),
+            *([plural(repairs.parent_cycles, "parent cycle") + " broken"] if repairs.parent_cycles else []),
+        ]
         return (
             f"{plural(self.summary.requests, 'request')} ({plural(self.traces.trace_count, 'trace')}, "
-            f"{plural(len(self.traces.spans), 'span')}) "
+            f"{plural(len(self.traces.spans), 'span')}{''.join(', ' + m for m in mended)}) "
             f"from {self.traces.source_label}; budgets from {self.budgets_label}"
         )
 
@@ -95,12 +137,20 @@ def load_config(path: str | None) -> tuple[BudgetConfig, str]:
 def load_recorded(args: argparse.Namespace) -> Recorded:
     """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
     config, label = load_config(args.budgets)
+    limits = InputLimits(
+        max_bytes=args.max_input_size,
+        max_line_bytes=args.max_line_size,
+        max_depth=args.max_json_depth,
+        max_spans=args.max_spans,
+    )
     if args.jaeger:
         if args.traces:
             raise CliError("give trace files or --jaeger, not both")
         if not args.service:
             raise CliError("--jaeger needs --service NAME (the service whose traces to check)")
-        traces = read_jaeger(args.jaeger, args.service, args.lookback, limit=args.limit, timeout_s=args.timeout)
+        traces = read_jaeger(
+            args.jaeger, args.service, args.lookback, limit=args.limit, timeout_s=args.timeout, limits=limits
+        )
         if not traces.spans:
             raise CliError(f"{traces.sources[0]}: Jaeger returned no traces")
     else:
@@ -108,9 +158,11 @@ def load_recorded(args: argparse.Namespace) -> Recorded:
             raise CliError("no traces given: name trace files (or '-'), or use --jaeger URL --service NAME")
         if args.service:
             raise CliError("--service is only used with --jaeger")
-        traces = read_trace_files(args.traces)
+        traces = read_trace_files(args.traces, limits)
         if not traces.spans:
             raise CliError(f"{traces.source_label}: no spans found")
+    for message in traces.repairs.messages():
+        warn(f"{traces.source_label}: {message}")
     reports = evaluate_spans(config, traces.spans)
     summary = summarize(config, reports)
     if summary.stage_span_count == 0:
@@ -123,8 +175,10 @@ def load_recorded(args: argparse.Namespace) -> Recorded:
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
+    """An argparse type: a whole number of at least 1 (and of at most 18 digits)."""
     try:
+        if len(text.strip()) > 18:
+            raise ValueError(text)
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
@@ -138,8 +192,22 @@ def _seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    if not 0 < value <= _MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, at most a day, got {text!r}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _depth(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_JSON_DEPTH:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_JSON_DEPTH}, got {value}")
     return value
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from latency_budget._core.report import TOTAL, format_ms
 from latency_budget.cli.stats import StageSummary, optimisation
 
-from ._common import example_epilog, raw_help
+from ._common import EXIT_STATUS, example_epilog, raw_help
+from ._output import emit
 from ._recorded import (
     Recorded,
     add_budgets_argument,
@@ -35,12 +35,7 @@ a budget for it. With --max-violation-rate, the share of requests in which a sta
 broke any of its budgets must not exceed that ceiling either. Failed checks of
 severity 'error' fail the command; 'warn' ones are reported and pass."""
 
-_EXIT_STATUS = """
-
-exit status:
-  0  every error-level check passes
-  1  an error-level check fails
-  2  unusable input: unreadable or malformed traces, no matching spans, bad options"""
+_EXIT_STATUS = "\n\n" + EXIT_STATUS
 
 _LISTED = 5  # failed checks named in the verdict line; the table has them all
 
@@ -163,12 +158,11 @@ def run(args: argparse.Namespace) -> int:
     warned = [c for c in checks if c.outcome == "warn"]
     code = 1 if failed else 0
     if args.format == "json":
-        print(json.dumps(_json(recorded, checks, unseen, q, args.max_violation_rate, code), indent=2))
+        emit(json.dumps(_json(recorded, checks, unseen, q, args.max_violation_rate, code), indent=2))
     elif args.format == "markdown":
-        print(_markdown(recorded, checks, unseen, q, failed, warned))
+        emit(_markdown(recorded, checks, unseen, q, failed, warned))
     else:
-        print(_table(recorded, checks, unseen, q, failed, warned))
-    sys.stdout.flush()
+        emit(_table(recorded, checks, unseen, q, failed, warned))
     return code
 
 
@@ -287,5 +281,6 @@ def _json(
         "violated_requests": recorded.summary.violated,
         "checks": [c.as_json() for c in checks],
         "not_seen": unseen,
+        "input_repairs": recorded.traces.repairs.as_json(),
         **optimisation_json(optimisation(recorded.reports)),
     }

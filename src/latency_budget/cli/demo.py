@@ -27,6 +27,7 @@ from latency_budget.cli.stats import optimisation, summarize
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
 
 from ._common import CliError, example_epilog, raw_help
+from ._output import OutputError, emit, finish_output
 from ._progress import ProgressBar
 from ._recorded import positive_int
 from ._summary import closing_lines, summary_table
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             targets.append((args.save_traces, _Counting(OtlpJsonLinesExporter(args.save_traces))))
         except OSError as exc:
-            raise CliError(f"{args.save_traces}: cannot write: {exc.strerror or exc}") from None
+            raise OutputError(f"{args.save_traces}: cannot write: {exc.strerror or exc}") from None
     downstream: SpanProcessor | None = None
     if targets:
         multi = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
@@ -182,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
         if close_signals is not None:
             # When no span got through, the receiver is down: don't wait for logs and metrics too.
             close_signals(otlp is not None and otlp.spans.exported > 0)
-    print(_render(result, args, budgets_label))
-    sys.stdout.flush()
+    emit(_render(result, args, budgets_label))
+    finish_output()
 
     produced = sum(request.span_count for request in result.requests)
     code = 0
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         if lost:
             why = f": {counter.errors[0]}" if counter.errors else " (see the exporter's messages above)"
             print(f"latency-budget: could not export {lost} of {produced} spans to {name}{why}", file=sys.stderr)
-            code = 1
+            code = 2  # the surroundings failed; 1 means a budget failed
         else:
             print(f"Exported {produced} spans to {name}.", file=sys.stderr)
     return code

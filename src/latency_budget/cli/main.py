@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
 from latency_budget._version import __version__
 from latency_budget.cli import check, demo, report, rules, schema, suggest, validate
-from latency_budget.cli._common import CliError
+from latency_budget.cli._common import EXIT_INTERNAL, CliError
+from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
 
@@ -39,19 +43,60 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI and return its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run the CLI and return its exit code (see ``EXIT_STATUS``); never a traceback."""
+    _tolerate_unencodable_output()
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.run(args)
+        finish_output()
     except CliError as exc:
-        print(f"latency-budget: {exc}", file=sys.stderr)
+        _error(str(exc))
         return exc.exit_code
+    except SystemExit:  # argparse: --help, --version and usage errors, as before
+        _quiet_finish()
+        raise
     except KeyboardInterrupt:
-        print("latency-budget: interrupted", file=sys.stderr)
+        _error("interrupted")
         return 130
-    except BrokenPipeError:  # e.g. piped into `head`: not an error worth a traceback
-        # Point stdout at /dev/null so the interpreter's final flush does not complain again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+    except BrokenPipeError:  # stdout closed early, e.g. piped into `head`: not an error
+        _quiet_finish()
+        return 0
+    except MemoryError:
+        _error("out of memory; lower the input limits (--max-input-size, --max-spans) or split the input")
+        return 2
+    except Exception as exc:  # a bug of ours: still one line, and a code of its own
+        _error(f"internal error (please report it): {_describe(exc)}")
+        return EXIT_INTERNAL
     return code
+
+
+def _error(message: str) -> None:
+    stream = sys.stderr
+    if stream is None:
+        return
+    try:
+        stream.write(f"latency-budget: {message}\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _quiet_finish() -> None:
+    with contextlib.suppress(CliError):
+        finish_output()
+
+
+def _tolerate_unencodable_output() -> None:
+    # Span names come from recordings and may hold lone surrogates ("\\ud800" in JSON):
+    # print them escaped rather than fail on them.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(errors="backslashreplace")
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+    return (text if len(text) <= 200 else text[:197] + "...") + where

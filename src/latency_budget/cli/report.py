@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from latency_budget.cli.stats import optimisation
 
-from ._common import CliError, example_epilog, raw_help
+from ._common import example_epilog, raw_help
 from ._html import render_html
+from ._output import emit, write_file
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded
 from ._summary import closing_lines, optimisation_json, summary_json, summary_markdown, summary_table
 
@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 "budgets": recorded.budgets_label,
                 "sources": list(recorded.traces.sources),
                 **summary_json(recorded.summary),
+                "input_repairs": recorded.traces.repairs.as_json(),
                 **optimisation_json(optimisation(recorded.reports)),
             },
             indent=2,
@@ -69,11 +70,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         output = _table(recorded)
     if page is not None:
-        try:
-            Path(args.html).write_text(page, encoding="utf-8")
-        except OSError as exc:
-            raise CliError(f"{args.html}: cannot write: {exc.strerror or exc}") from None
-    print(output)
+        write_file(args.html, page)
+    emit(output)
     if page is not None:
         print(f"Wrote {args.html}.", file=sys.stderr)
     return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from latency_budget.cli._common import CliError, example_epilog, raw_help
+from latency_budget.cli._common import example_epilog, raw_help
+from latency_budget.cli._output import emit, write_file
 
 __all__ = ["SCHEMA_NAME", "register", "schema_text"]
 
@@ -44,11 +44,8 @@ def run(args: argparse.Namespace) -> int:
     """Print the schema, or write it to ``args.output``."""
     text = schema_text()
     if args.output is None:
-        sys.stdout.write(text)
+        emit(text, end="")
         return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"cannot write {args.output}: {exc.strerror or exc}", exit_code=1) from None
+    write_file(args.output, text)
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

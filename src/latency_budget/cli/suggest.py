@@ -15,7 +15,8 @@ from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
 from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
-from ._common import CliError, example_epilog, raw_help
+from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
+from ._output import emit, write_file
 from ._recorded import (
     Recorded,
     add_budgets_argument,
@@ -36,6 +37,7 @@ rules of --budgets FILE, whose severities, call limits, objectives and profiles 
 or else with the built-in GenAI stages. The result always passes `validate`."""
 
 # Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
+_MAX_HEADROOM = 100.0
 _CARRIED = ("severity", "objective", "max_calls", "parallelizable", "match", "first_token")
 # Request-level objectives, at the top and in profiles: policy, copied as they are.
 _OBJECTIVES = ("total_objective", "first_token_objective")
@@ -75,15 +77,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         load_budgets(text=text, source="<suggested>")
     except BudgetConfigError as exc:  # a bug in this module, not the user's: say so plainly
-        raise CliError(f"internal error: the suggested budget file does not validate: {exc}", exit_code=3) from None
+        raise CliError(
+            f"internal error: the suggested budget file does not validate: {exc}", exit_code=EXIT_INTERNAL
+        ) from None
     if args.output:
-        try:
-            Path(args.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+        write_file(args.output, text)
         print(f"Wrote {args.output}.", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        emit(text, end="")
     return 0
 
 
@@ -92,8 +93,10 @@ def _headroom(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a factor such as 1.2, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive factor such as 1.2, got {text!r}")
+    if not 0 < value <= _MAX_HEADROOM:  # also nan and inf; 1e308 would make budgets no float can hold
+        raise argparse.ArgumentTypeError(
+            f"expected a positive factor of at most {_MAX_HEADROOM:g}, such as 1.2, got {text!r}"
+        )
     return value
 
 

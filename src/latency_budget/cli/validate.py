@@ -9,6 +9,7 @@ from typing import Any
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
 from latency_budget.cli._common import example_epilog, raw_help
+from latency_budget.cli._output import emit
 
 __all__ = ["register"]
 
@@ -39,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
         for b in budgets.stages
     )
     profiles = f", {len(config.profiles)} profile(s)" if config.profiles else ""
-    print(f"{args.file}: OK: {len(budgets.stages)} stages ({stages}); total {format_ms(budgets.total_ms)}{profiles}")
+    emit(f"{args.file}: OK: {len(budgets.stages)} stages ({stages}); total {format_ms(budgets.total_ms)}{profiles}")
     return 0

@@ -3,41 +3,59 @@
 The format of a file is recognised from its content. A file whose first line is a whole
 JSON object is read as JSON lines (the Collector's file exporter writes one
 ``ExportTraceServiceRequest`` per line); anything else must be one JSON document.
-Everything is read and checked before anything is judged, so a bad line fails the
-command instead of producing a partial result.
+Gzip input is recognised by its magic bytes and decompressed. Everything is read and
+checked before anything is judged, so a bad line fails the command instead of producing
+a partial result, and every input is bounded by :class:`InputLimits`.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import sys
+import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import IO
 
 from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
-from ._spans import ParsedSpan, resolve_remote_parents
+from ._limits import MAX_JSON_DEPTH, InputLimits, load_json, parse_size
+from ._spans import ParsedSpan, Repairs, assemble
 from .jaeger import is_jaeger, spans_from_jaeger
 from .jaeger_query import fetch_jaeger, parse_duration
 from .otlp import is_otlp, spans_from_otlp
 
-__all__ = ["TraceInputError", "TraceSet", "fetch_jaeger", "parse_duration", "read_jaeger", "read_trace_files"]
+__all__ = [
+    "MAX_JSON_DEPTH",
+    "InputLimits",
+    "Repairs",
+    "TraceInputError",
+    "TraceSet",
+    "fetch_jaeger",
+    "parse_duration",
+    "parse_size",
+    "read_jaeger",
+    "read_trace_files",
+]
 
 _UNKNOWN_FORMAT = (
     "unknown trace format: expected OTLP JSON (objects with 'resourceSpans', one per line, as the Collector's "
     "file exporter writes) or Jaeger JSON (an object with 'data', from Jaeger's /api/traces)"
 )
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
 class TraceSet:
-    """The spans read from all sources, and a description of those sources for people."""
+    """The spans read from all sources, a description of those sources for people, and what was repaired."""
 
     spans: list[SpanRecord]
     sources: tuple[str, ...]
+    repairs: Repairs = field(default_factory=Repairs)
 
     @property
     def source_label(self) -> str:
@@ -50,82 +68,135 @@ class TraceSet:
         return len({span.trace_id for span in self.spans})
 
 
-def read_trace_files(paths: Sequence[str]) -> TraceSet:
-    """Read and parse every file (``-`` is standard input; ``.gz`` files are decompressed)."""
+def read_trace_files(paths: Sequence[str], limits: InputLimits | None = None) -> TraceSet:
+    """Read and parse every file (``-`` is standard input; gzip input is decompressed)."""
+    limits = limits or InputLimits()
     parsed: list[ParsedSpan] = []
     for path in paths:
         name = "<stdin>" if path == "-" else path
-        parsed.extend(_parse_text(_read(path), name))
-    return TraceSet(resolve_remote_parents(parsed), tuple("<stdin>" if p == "-" else p for p in paths))
+        for where, document in _documents(_read(path, name, limits), name, limits):
+            parsed.extend(_spans_of(document, where))
+            if len(parsed) > limits.max_spans:
+                raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans in all (see --max-spans)")
+    records, repairs = assemble(parsed)
+    return TraceSet(records, tuple("<stdin>" if p == "-" else p for p in paths), repairs)
 
 
-def read_jaeger(url: str, service: str, lookback: str, *, limit: int, timeout_s: float) -> TraceSet:
+def read_jaeger(
+    url: str, service: str, lookback: str, *, limit: int, timeout_s: float, limits: InputLimits | None = None
+) -> TraceSet:
     """Search a Jaeger query service for ``service``'s traces of the last ``lookback``."""
+    limits = limits or InputLimits()
     try:
         seconds = parse_duration(lookback)
     except ValueError as exc:
         raise TraceInputError(f"--lookback: {exc}") from None
-    document = fetch_jaeger(url, service, seconds, limit=limit, timeout_s=timeout_s)
+    document, where = fetch_jaeger(url, service, seconds, limit=limit, timeout_s=timeout_s, limits=limits)
+    parsed = spans_from_jaeger(document, where)
+    if len(parsed) > limits.max_spans:
+        raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans (see --max-spans)")
     label = f"{url.rstrip('/')} (service {service}, last {lookback})"
-    return TraceSet(resolve_remote_parents(spans_from_jaeger(document, url)), (label,))
+    records, repairs = assemble(parsed)
+    return TraceSet(records, (label,), repairs)
 
 
-def _read(path: str) -> str:
+def _read(path: str, name: str, limits: InputLimits) -> bytes:
     try:
         if path == "-":
-            data = sys.stdin.buffer.read()
-        elif path.endswith(".gz"):
-            with gzip.open(path, "rb") as handle:
-                data = handle.read()
-        else:
-            data = Path(path).read_bytes()
+            stdin = sys.stdin
+            if stdin is None or stdin.closed:
+                raise TraceInputError("<stdin>: standard input is closed")
+            return _read_stream(stdin.buffer, name, limits)
+        with open(path, "rb") as handle:
+            return _read_stream(handle, name, limits)
     except OSError as exc:  # includes gzip.BadGzipFile
         reason = exc.strerror or str(exc)
-        raise TraceInputError(f"{path}: cannot read: {reason}") from None
+        raise TraceInputError(f"{name}: cannot read: {reason}") from None
     except EOFError:
-        raise TraceInputError(f"{path}: cannot read: the compressed file is truncated") from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise TraceInputError(f"{path}: not UTF-8 text (byte {exc.start}); expected OTLP JSON or Jaeger JSON") from None
+        raise TraceInputError(f"{name}: cannot read: the compressed data is truncated") from None
+    except zlib.error as exc:
+        raise TraceInputError(f"{name}: cannot read: the compressed data is corrupt ({exc})") from None
 
 
-def _parse_text(text: str, name: str) -> list[ParsedSpan]:
-    found: list[ParsedSpan] = []
-    for where, document in _documents(text, name):
-        if is_otlp(document):
-            found.extend(spans_from_otlp(document, where))  # type: ignore[arg-type]
-        elif is_jaeger(document):
-            found.extend(spans_from_jaeger(document, where))  # type: ignore[arg-type]
-        else:
-            raise TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
-    return found
+def _read_stream(stream: IO[bytes], name: str, limits: InputLimits) -> bytes:
+    """All of ``stream`` (decompressed if it is gzip), reading at most ``max_bytes`` + 1 bytes of it."""
+    head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+    source: IO[bytes] | gzip.GzipFile = stream
+    compressed = head == _GZIP_MAGIC
+    if compressed:
+        source = gzip.GzipFile(fileobj=stream, mode="rb")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = source.read(min(_CHUNK, limits.max_bytes + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limits.max_bytes:
+            after = " after decompression" if compressed else ""
+            raise TraceInputError(f"{name}: more than {_size(limits.max_bytes)}{after} (see --max-input-size)")
+        chunks.append(chunk)
 
 
-def _documents(text: str, name: str) -> Iterator[tuple[str, object]]:
+def _size(count: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= factor and count % factor == 0:
+            return f"{count // factor:,} {unit}"
+    return f"{count:,} bytes"
+
+
+def _spans_of(document: object, where: str) -> list[ParsedSpan]:
+    if is_otlp(document):
+        return spans_from_otlp(document, where)  # type: ignore[arg-type]
+    if is_jaeger(document):
+        return spans_from_jaeger(document, where)  # type: ignore[arg-type]
+    raise TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
+
+
+def _documents(data: bytes, name: str, limits: InputLimits) -> Iterator[tuple[str, object]]:
     """``(where, document)`` pairs: one per non-blank line of JSON lines, or the whole document."""
-    lines = text.splitlines()
+    if data.startswith(codecs.BOM_UTF8):
+        data = data[len(codecs.BOM_UTF8) :]
+    elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise TraceInputError(f"{name}: UTF-16 or UTF-32 text; expected UTF-8 (OTLP JSON or Jaeger JSON)")
+    lines = data.split(b"\n")
     first = next((n for n, line in enumerate(lines) if line.strip()), None)
     if first is None:
         raise TraceInputError(f"{name}: the file is empty")
-    try:
-        head = json.loads(lines[first])
-    except json.JSONDecodeError:
-        head = None
-    if isinstance(head, dict):
+    if _is_json_object_line(lines[first], limits):
         for number, line in enumerate(lines[first:], start=first + 1):
             if line.strip():
-                yield f"{name}:{number}", _loads(line, f"{name}:{number}", line_mode=True)
+                where = f"{name}:{number}"
+                if len(line) > limits.max_line_bytes:
+                    raise TraceInputError(
+                        f"{where}: a line longer than {_size(limits.max_line_bytes)} (see --max-line-size)"
+                    )
+                yield where, load_json(_decode(line, where, 0), where, limits, line_mode=True)
         return
-    yield name, _loads(text, name, line_mode=False)
+    yield name, load_json(_decode(data, name, 1), name, limits, line_mode=False)
 
 
-def _loads(text: str, where: str, *, line_mode: bool) -> object:
+def _is_json_object_line(line: bytes, limits: InputLimits) -> bool:
+    """Whether ``line`` is a whole JSON object on its own (then the input is JSON lines)."""
+    if len(line) > limits.max_line_bytes:
+        return True  # too long to try; as JSON lines it is an error naming the line
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        place = where if line_mode else f"{where}:{exc.lineno}"
-        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string"):
-            what = "line" if line_mode else "file"
-            raise TraceInputError(f"{place}: truncated JSON (the {what} ends in the middle of a value)") from None
-        raise TraceInputError(f"{place}: invalid JSON: {exc.msg} at column {exc.colno}") from None
+        head = json.loads(line.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    except (ValueError, RecursionError):  # complete JSON, but unusable: the line's own error says why
+        return line.lstrip().startswith(b"{")
+    return isinstance(head, dict)
+
+
+def _decode(data: bytes, where: str, first_line: int) -> str:
+    """UTF-8 text; ``first_line`` (0 for one line of JSON lines) places an error in a whole file."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if first_line:
+            line = data.count(b"\n", 0, exc.start) + first_line
+            raise TraceInputError(
+                f"{where}:{line}: not UTF-8 text (byte {exc.start}); expected OTLP JSON or Jaeger JSON"
+            ) from None
+        raise TraceInputError(f"{where}: not UTF-8 text (byte {exc.start} of the line)") from None

@@ -10,6 +10,7 @@ Jaeger stores the span kind and instrumentation scope as the tags ``span.kind`` 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,9 @@ _DERIVED_TAGS = frozenset(
     }
 )
 _US = 1_000
+_MAX_US = (1 << 64) // _US  # times in nanoseconds stay within OTLP's fixed64
+_INT64 = 1 << 63
+_SIGNED_DIGITS = re.compile(r"-?[0-9]{1,19}")
 
 
 def is_jaeger(document: object) -> bool:
@@ -84,18 +88,18 @@ def spans_from_jaeger(document: Mapping[str, Any], where: str) -> list[ParsedSpa
 def _span(span: object, processes: Mapping[str, Any], where: str, path: str) -> ParsedSpan:
     if not isinstance(span, dict):
         raise TraceInputError(f"{where}: {path}: expected a span object")
-    trace_id = parse_id(span.get("traceID"), 16, where, f"{path}.traceID")
-    span_id = parse_id(span.get("spanID"), 8, where, f"{path}.spanID")
+    trace_id = parse_id(span.get("traceID"), 16, where, f"{path}.traceID", exact=False)
+    span_id = parse_id(span.get("spanID"), 8, where, f"{path}.spanID", exact=False)
     parent_id = None
     references = span.get("references") or []
     if not isinstance(references, list):
         raise TraceInputError(f"{where}: {path}.references: expected a list")
     for r, reference in enumerate(references):
         if isinstance(reference, dict) and reference.get("refType") == "CHILD_OF":
-            parent_id = parse_id(reference.get("spanID"), 8, where, f"{path}.references[{r}].spanID")
+            parent_id = parse_id(reference.get("spanID"), 8, where, f"{path}.references[{r}].spanID", exact=False)
             break
     if "parentSpanID" in span and parent_id is None and span["parentSpanID"] not in (None, "", "0"):
-        parent_id = parse_id(span["parentSpanID"], 8, where, f"{path}.parentSpanID")
+        parent_id = parse_id(span["parentSpanID"], 8, where, f"{path}.parentSpanID", exact=False)
     start = _micros(span, "startTime", where, path)
     duration = _micros(span, "duration", where, path)
     tags = _tags(span.get("tags"), where, f"{path}.tags")
@@ -131,15 +135,17 @@ def _span(span: object, processes: Mapping[str, Any], where: str, path: str) -> 
         attributes={key: value for key, value in tags.items() if key not in _DERIVED_TAGS},
         events=tuple(events),
     )
-    return ParsedSpan(record, json.dumps(process, sort_keys=True, default=str), remote_known=False)
+    return ParsedSpan(
+        record, json.dumps(process, sort_keys=True, default=str), remote_known=False, where=f"{where}: {path}"
+    )
 
 
 def _micros(item: Mapping[str, Any], key: str, where: str, path: str) -> int:
     value = item.get(key)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, float) and value.is_integer() and 0 <= value < _MAX_US:
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_US:
         return value * _US
-    if isinstance(value, float) and value >= 0 and value.is_integer():
-        return int(value) * _US
     if value is None:
         raise TraceInputError(f"{where}: {path}.{key}: missing")
     raise TraceInputError(f"{where}: {path}.{key}: expected microseconds, got {value!r}")
@@ -169,13 +175,14 @@ def _tag_value(kind: object, value: object) -> Any:
             return value
         return {"true": True, "false": False}.get(str(value).lower())
     if kind == "int64":
-        try:
-            return int(value) if not isinstance(value, (bool, float)) else None  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return None
+        if isinstance(value, str) and _SIGNED_DIGITS.fullmatch(value.strip()):
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64:
+            return value
+        return None
     if kind == "float64":
         try:
             return float(value) if not isinstance(value, bool) else None  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             return None
     return None  # binary

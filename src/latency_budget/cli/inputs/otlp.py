@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,10 @@ _KIND_NAMES = {
     "SPAN_KIND_PRODUCER": 4,
     "SPAN_KIND_CONSUMER": 5,
 }
+_DIGITS = re.compile(r"[0-9]{1,20}")
+_SIGNED_DIGITS = re.compile(r"-?[0-9]{1,19}")
+_FIXED64 = 1 << 64  # OTLP times are fixed64 nanoseconds
+_INT64 = 1 << 63
 _HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
 
@@ -92,9 +97,9 @@ class _Reader:
 
     def nanos(self, span: Mapping[str, Any], key: str, path: str) -> int:
         value = span.get(key)
-        if isinstance(value, str) and value.isdigit():
-            return int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        if isinstance(value, str) and _DIGITS.fullmatch(value):  # ASCII digits only; int() takes any script's
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _FIXED64:
             return value
         if value is None:
             raise self.fail(f"{path}.{key}", "missing (a span needs its start and end time)")
@@ -102,10 +107,10 @@ class _Reader:
 
     def span(self, span: Mapping[str, Any], path: str, scope: str, process: str) -> ParsedSpan:
         where = self.where
-        trace_id = parse_id(span.get("traceId"), 16, where, f"{path}.traceId")
-        span_id = parse_id(span.get("spanId"), 8, where, f"{path}.spanId")
+        trace_id = parse_id(span.get("traceId"), 16, where, f"{path}.traceId", exact=True)
+        span_id = parse_id(span.get("spanId"), 8, where, f"{path}.spanId", exact=True)
         parent_raw = span.get("parentSpanId")
-        parent_id = parse_id(parent_raw, 8, where, f"{path}.parentSpanId") if parent_raw else None
+        parent_id = parse_id(parent_raw, 8, where, f"{path}.parentSpanId", exact=True) if parent_raw else None
         name = span.get("name", "")
         if not isinstance(name, str):
             raise self.fail(f"{path}.name", f"expected a string, got {_describe(name)}")
@@ -137,7 +142,7 @@ class _Reader:
             events=events,
             remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
         )
-        return ParsedSpan(record, process, remote_known=bool(flags & _HAS_IS_REMOTE))
+        return ParsedSpan(record, process, remote_known=bool(flags & _HAS_IS_REMOTE), where=f"{where}: {path}")
 
     def attributes(self, value: object, path: str) -> dict[str, Any]:
         if value is None:
@@ -164,14 +169,17 @@ def _any_value(value: object) -> Any:
         return value["boolValue"] if isinstance(value["boolValue"], bool) else None
     if "intValue" in value:
         raw = value["intValue"]
-        try:
-            return int(raw) if not isinstance(raw, (bool, float)) else None
-        except (TypeError, ValueError):
-            return None
+        if isinstance(raw, str) and _SIGNED_DIGITS.fullmatch(raw):
+            raw = int(raw)
+        if isinstance(raw, int) and not isinstance(raw, bool) and -_INT64 <= raw < _INT64:
+            return raw
+        return None  # not an int64: no attribute could hold it
     if "doubleValue" in value:
         raw = value["doubleValue"]
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            return float(raw)
+        if isinstance(raw, float):
+            return raw
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw) if abs(raw) < 1 << 1000 else None  # beyond a double's range
         if raw in ("NaN", "Infinity", "-Infinity"):
             return float(raw.replace("Infinity", "inf")) if raw != "NaN" else math.nan
         return None
