@@ -1,13 +1,15 @@
 """Writing the CLI's output: a closed pipe is no error, a full disk is one line and exit code 4.
 
 ``latency-budget check ... | head`` closes standard output early: the rest of the output
-is dropped quietly and the command still exits with its verdict. A write that fails
+is dropped quietly and the command still exits with its verdict (so does a command
+started with stdout closed). A write that fails
 otherwise (``/dev/full``, a disk that filled up, a file that cannot be created) is an
 :class:`OutputError`: one line, exit code ``EXIT_OUTPUT``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from ._common import CliError
 __all__ = ["EXIT_OUTPUT", "OutputError", "emit", "finish_output", "warn", "write_file"]
 
 EXIT_OUTPUT = 4
+_CLOSED = (errno.EPIPE, errno.EBADF)  # the reader went away, or stdout was closed under us: not an error
 
 
 class OutputError(CliError):
@@ -33,10 +36,10 @@ def emit(text: str, *, end: str = "\n") -> None:
         return
     try:
         stream.write(text + end)
-    except BrokenPipeError:
-        _drop_stdout()
     except OSError as exc:
-        raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+        if exc.errno not in _CLOSED:
+            raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+        _drop_stdout()
 
 
 def finish_output() -> None:
@@ -46,11 +49,10 @@ def finish_output() -> None:
         return
     try:
         stream.flush()
-    except BrokenPipeError:
-        _drop_stdout()
     except OSError as exc:
         _drop_stdout()  # the interpreter's own flush at exit must not fail on the same buffer again
-        raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
+        if exc.errno not in _CLOSED:
+            raise OutputError(f"cannot write the output: {exc.strerror or exc}") from None
     except ValueError:  # closed by someone else: nothing left to write
         return
 

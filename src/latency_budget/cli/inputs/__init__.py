@@ -11,6 +11,7 @@ a partial result, and every input is bounded by :class:`InputLimits`.
 from __future__ import annotations
 
 import codecs
+import errno
 import gzip
 import json
 import sys
@@ -110,6 +111,8 @@ def _read(path: str, name: str, limits: InputLimits) -> bytes:
         with open(path, "rb") as handle:
             return _read_stream(handle, name, limits)
     except OSError as exc:  # includes gzip.BadGzipFile
+        if path == "-" and exc.errno == errno.EBADF:
+            raise TraceInputError("<stdin>: standard input is closed") from None
         reason = exc.strerror or str(exc)
         raise TraceInputError(f"{name}: cannot read: {reason}") from None
     except EOFError:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ._errors import TraceInputError
+from ._errors import TraceInputError, show
 
 __all__ = ["MAX_JSON_DEPTH", "InputLimits", "load_json", "parse_size"]
 
@@ -67,7 +67,8 @@ def load_json(text: str, where: str, limits: InputLimits, *, line_mode: bool) ->
     except RecursionError:  # deeper than the parser itself goes (about 1,000 levels): over any --max-json-depth
         raise TraceInputError(f"{where}: JSON nested more than {limits.max_depth} levels deep") from None
     except ValueError as exc:  # an integer over Python's 4,300-digit limit for int()
-        raise TraceInputError(f"{where}: unusable JSON: {exc}") from None
+        problem = "a number with more than 4,300 digits" if "digits" in str(exc) else show(str(exc), 200)
+        raise TraceInputError(f"{where}: unusable JSON: {problem}") from None
     if _too_deep(document, limits.max_depth):
         raise TraceInputError(
             f"{where}: JSON nested more than {limits.max_depth} levels deep (see --max-json-depth)"

@@ -19,7 +19,7 @@ from typing import Any
 
 from latency_budget._replay import SpanRecord
 
-from ._errors import TraceInputError
+from ._errors import TraceInputError, show
 
 __all__ = ["ParsedSpan", "Repairs", "assemble", "parse_id"]
 
@@ -48,7 +48,7 @@ def parse_id(value: object, size: int, where: str, path: str, *, exact: bool) ->
     writes ids. Raises :class:`TraceInputError` naming ``where`` and ``path``.
     """
     if not isinstance(value, str) or not value:
-        raise TraceInputError(f"{where}: {path}: expected a hex id, got {_show(value)}")
+        raise TraceInputError(f"{where}: {path}: expected a hex id, got {show(value)}")
     digits = size * 2
     if _HEX.fullmatch(value) and (len(value) == digits if exact else len(value) <= digits):
         number = int(value, 16)
@@ -63,12 +63,7 @@ def parse_id(value: object, size: int, where: str, path: str, *, exact: bool) ->
         if len(raw) == size and any(raw):
             return int.from_bytes(raw, "big")
     expected = f"{digits} hex digits" if exact else f"1 to {digits} hex digits"
-    raise TraceInputError(f"{where}: {path}: not a valid {size * 8}-bit id ({expected}): {_show(value)}")
-
-
-def _show(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    raise TraceInputError(f"{where}: {path}: not a valid {size * 8}-bit id ({expected}): {show(value)}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._replay import SpanRecord
 
-from ._errors import TraceInputError
+from ._errors import TraceInputError, show
 from ._spans import ParsedSpan, parse_id
 
 __all__ = ["is_jaeger", "spans_from_jaeger"]
@@ -64,7 +64,7 @@ def spans_from_jaeger(document: Mapping[str, Any], where: str) -> list[ParsedSpa
         if errors:
             first = errors[0] if isinstance(errors, list) else errors
             message = first.get("msg", first) if isinstance(first, dict) else first
-            raise TraceInputError(f"{where}: Jaeger reported an error: {message}")
+            raise TraceInputError(f"{where}: Jaeger reported an error: {show(message, 200)}")
     if traces is None:
         return []
     if not isinstance(traces, list):
@@ -148,7 +148,7 @@ def _micros(item: Mapping[str, Any], key: str, where: str, path: str) -> int:
         return value * _US
     if value is None:
         raise TraceInputError(f"{where}: {path}.{key}: missing")
-    raise TraceInputError(f"{where}: {path}.{key}: expected microseconds, got {value!r}")
+    raise TraceInputError(f"{where}: {path}.{key}: expected microseconds, got {show(value)}")
 
 
 def _tags(value: object, where: str, path: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from ._errors import TraceInputError
+from ._errors import TraceInputError, show
 from ._limits import InputLimits, load_json
 
 __all__ = ["fetch_jaeger", "parse_duration"]
@@ -93,7 +93,7 @@ def _get_within(url: str, base_url: str, timeout_s: float, max_bytes: int) -> by
         except TraceInputError as exc:
             outcome.append(exc)
         except Exception as exc:  # anything urllib or http.client can raise ends in one line
-            outcome.append(TraceInputError(f"{base_url}: cannot read Jaeger's answer: {exc!r}"))
+            outcome.append(TraceInputError(f"{base_url}: cannot read Jaeger's answer: {show(exc, 200)}"))
 
     worker = threading.Thread(target=work, name="latency-budget-jaeger", daemon=True)
     worker.start()
@@ -145,6 +145,6 @@ def _download(url: str, base_url: str, deadline: float, timeout_s: float, max_by
             f"(after {len(exc.partial):,} bytes, {exc.expected or 'more'} still expected)"
         ) from None
     except http.client.HTTPException as exc:
-        raise TraceInputError(f"{base_url}: not a valid HTTP answer from Jaeger: {exc!r}") from None
+        raise TraceInputError(f"{base_url}: not a valid HTTP answer from Jaeger: {show(exc, 200)}") from None
     except (TimeoutError, OSError) as exc:
         raise TraceInputError(f"{base_url}: cannot reach Jaeger: {exc}") from None

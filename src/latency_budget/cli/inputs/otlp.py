@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._replay import SpanRecord
 
-from ._errors import TraceInputError
+from ._errors import TraceInputError, show
 from ._spans import ParsedSpan, parse_id
 
 __all__ = ["is_otlp", "spans_from_otlp"]
@@ -68,7 +68,7 @@ def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]
             scope = scope_spans.get("scope", scope_spans.get("instrumentationLibrary", {}))
             scope_name = reader.mapping(scope, f"{spath}.scope").get("name", "")
             if not isinstance(scope_name, str):
-                raise TraceInputError(f"{where}: {spath}.scope.name: expected a string, got {scope_name!r}")
+                raise TraceInputError(f"{where}: {spath}.scope.name: expected a string, got {show(scope_name)}")
             for n, span in enumerate(reader.items(scope_spans, "spans", spath)):
                 found.append(reader.span(span, f"{spath}.spans[{n}]", scope_name, process))
     return found
@@ -103,7 +103,7 @@ class _Reader:
             return value
         if value is None:
             raise self.fail(f"{path}.{key}", "missing (a span needs its start and end time)")
-        raise self.fail(f"{path}.{key}", f"expected nanoseconds since the epoch, got {value!r}")
+        raise self.fail(f"{path}.{key}", f"expected nanoseconds since the epoch, got {show(value)}")
 
     def span(self, span: Mapping[str, Any], path: str, scope: str, process: str) -> ParsedSpan:
         where = self.where
@@ -118,7 +118,7 @@ class _Reader:
         kind_number = _KIND_NAMES.get(kind_raw, -1) if isinstance(kind_raw, str) else kind_raw
         kind = _KINDS.get(kind_number) if isinstance(kind_number, int) and not isinstance(kind_number, bool) else None
         if kind is None:
-            raise self.fail(f"{path}.kind", f"not a span kind: {kind_raw!r}")
+            raise self.fail(f"{path}.kind", f"not a span kind: {show(kind_raw)}")
         flags = span.get("flags", 0)
         flags = flags if isinstance(flags, int) and not isinstance(flags, bool) else 0
         events = tuple(
