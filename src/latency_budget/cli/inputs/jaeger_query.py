@@ -111,10 +111,11 @@ def _download(url: str, base_url: str, deadline: float, timeout_s: float, max_by
     late = TraceInputError(f"{base_url}: no complete answer from Jaeger within {timeout_s:g} s (see --timeout)")
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            declared = response.headers.get("Content-Length", "")
-            if declared.strip().isdigit() and int(declared) > max_bytes:
+            header = response.headers.get("Content-Length", "").strip()
+            declared = int(header) if header.isascii() and header.isdigit() and len(header) < 20 else None
+            if declared is not None and declared > max_bytes:
                 raise TraceInputError(
-                    f"{url}: Jaeger announces an answer of {int(declared):,} bytes, "
+                    f"{url}: Jaeger announces an answer of {declared:,} bytes, "
                     f"more than {max_bytes:,} (see --max-input-size)"
                 )
             chunks: list[bytes] = []
@@ -124,6 +125,8 @@ def _download(url: str, base_url: str, deadline: float, timeout_s: float, max_by
                     raise late
                 chunk = response.read1(min(_CHUNK, max_bytes + 1 - size))
                 if not chunk:
+                    if declared is not None and size < declared:
+                        raise http.client.IncompleteRead(b"".join(chunks), declared - size)
                     return b"".join(chunks)
                 size += len(chunk)
                 if size > max_bytes:
