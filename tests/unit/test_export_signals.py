@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk._logs import LoggerProvider
@@ -16,6 +21,7 @@ try:
 except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMemoryLogExporter
     from opentelemetry.sdk._logs.export import InMemoryLogExporter as InMemoryLogRecordExporter
 
+import latency_budget
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter, configure
@@ -105,8 +111,8 @@ def test_configure_builds_a_checked_pipeline_with_a_custom_exporter() -> None:
     assert span.attributes is not None
     assert span.attributes[attr.VIOLATED] is False
     assert span.resource.attributes["service.name"] == "svc"
-    telemetry.shutdown()
-    telemetry.shutdown()  # a second call is harmless
+    assert telemetry.shutdown() is True
+    assert telemetry.shutdown() is True  # a second call is harmless
 
 
 @pytest.mark.parametrize(("value", "expected"), [("grpc", "grpc"), ("http/protobuf", "http/protobuf"), ("", "grpc")])
@@ -137,3 +143,62 @@ def test_bad_endpoint_warns_and_the_app_keeps_running(
         "latency_budget: OTEL_EXPORTER_OTLP_ENDPOINT='collector:4317' is not an http(s)://host:port URL; "
         "exporting to http://localhost:4317 instead"
     ]
+
+
+_SHUTDOWN_SCRIPT = """
+import json, logging, socket, sys
+from latency_budget import load_budgets
+from latency_budget.export import configure
+
+messages = []
+handler = logging.Handler()
+handler.emit = lambda record: messages.append(record.getMessage())
+logging.getLogger("latency_budget").addHandler(handler)
+closed = socket.socket()
+closed.bind(("127.0.0.1", 0))
+port = closed.getsockname()[1]
+closed.close()  # nothing listens there: every export is refused and retried until its 60 s timeout
+telemetry = configure(
+    load_budgets(text="version: 1\\ntotal_ms: 1\\n"),
+    endpoint=f"http://127.0.0.1:{port}",
+    protocol="grpc",
+    metric_interval_s=3600,
+    set_global=False,
+)
+root = telemetry.tracer_provider.get_tracer("t").start_span("request", start_time=10**18)
+root.end(end_time=10**18 + 500_000_000)  # over total_ms: a span, a violation log record and metrics to send
+print(json.dumps({"finished": telemetry.shutdown(timeout_s=1), "again": telemetry.shutdown(), "messages": messages}))
+"""
+
+
+def test_shutdown_with_the_collector_down_keeps_its_deadline_and_says_what_is_dropped() -> None:
+    """With every export refused and retried for 60 s, shutdown(timeout_s=1) returns False after one deadline
+    for all three providers together, warns once naming them, and the process then exits."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_EXPORTER_OTLP_TIMEOUT="60", PYTHONPATH=str(Path(latency_budget.__file__).resolve().parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", _SHUTDOWN_SCRIPT], capture_output=True, text=True, env=env, timeout=120, check=False
+    )  # the 120 s only detects a hang: one exporter alone would retry for 60 s, three in a row for minutes
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["finished"] is False
+    assert outcome["again"] is False  # a second call returns the first call's outcome at once
+    assert outcome["messages"] == [
+        "latency_budget: shutdown reached its 1 s deadline with traces, logs and metrics still exporting; "
+        "what they had not sent yet is dropped (is the Collector reachable?)"
+    ]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])
+def test_shutdown_timeout_must_be_positive(timeout: float) -> None:
+    """shutdown(timeout_s=...) must be a positive, finite number of seconds."""
+    telemetry = configure(
+        load_budgets(text=TECHCORP_YAML),
+        span_exporter=InMemorySpanExporter(),
+        logs=False,
+        metrics=False,
+        set_global=False,
+    )
+    with pytest.raises(ValueError, match="timeout_s"):
+        telemetry.shutdown(timeout_s=timeout)
+    assert telemetry.shutdown() is True

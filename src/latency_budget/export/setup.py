@@ -8,10 +8,13 @@ metric sinks) themselves, as the README shows.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import threading
+import time
 import urllib.parse
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import metrics as metrics_api
@@ -33,7 +36,7 @@ from latency_budget.export.metrics import BudgetMetrics
 if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
     from opentelemetry.sdk._logs.export import LogRecordExporter
 
-__all__ = ["Protocol", "Telemetry", "configure", "resolve_protocol"]
+__all__ = ["SHUTDOWN_TIMEOUT_S", "Protocol", "Telemetry", "configure", "resolve_protocol"]
 
 logger = logging.getLogger("latency_budget")
 
@@ -41,6 +44,10 @@ Protocol = Literal["grpc", "http/protobuf"]
 _PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 _DEFAULT_PROTOCOL: Protocol = "grpc"
 _HTTP_PATHS = {"traces": "/v1/traces", "logs": "/v1/logs", "metrics": "/v1/metrics"}
+
+
+SHUTDOWN_TIMEOUT_S = 5.0
+"""Default deadline of :meth:`Telemetry.shutdown`: well within the 30 s most containers get after SIGTERM."""
 
 
 @dataclass(frozen=True)
@@ -51,14 +58,56 @@ class Telemetry:
     logger_provider: LoggerProvider | None
     meter_provider: MeterProvider | None
     processor: LatencyBudgetProcessor
+    _outcome: list[bool] = field(default_factory=list, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
-    def shutdown(self) -> None:
-        """Flush pending data and stop exporting; safe to call twice."""
-        self.tracer_provider.shutdown()
-        if self.logger_provider is not None:
-            self.logger_provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
+    def shutdown(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> bool:
+        """Flush pending data and stop exporting, within ``timeout_s`` seconds in all; safe to call twice.
+
+        The three providers shut down at once, each on its own daemon thread, so an
+        unreachable Collector costs the deadline once, not each exporter's retries one
+        after another. Returns True when all of them finished in time; otherwise one
+        warning names the signals still exporting, whose pending data is dropped (their
+        threads are left to end on their own and never keep the process alive).
+        """
+        if not (isinstance(timeout_s, (int, float)) and 0 < timeout_s < math.inf):
+            raise ValueError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+        with self._lock:
+            if self._outcome:
+                return self._outcome[0]
+            deadline = time.monotonic() + timeout_s
+            millis = timeout_s * 1000
+            jobs: list[tuple[str, Callable[[], object]]] = [("traces", self.tracer_provider.shutdown)]
+            if self.logger_provider is not None:
+                jobs.append(("logs", self.logger_provider.shutdown))
+            if self.meter_provider is not None:
+                meters = self.meter_provider
+                jobs.append(("metrics", lambda: meters.shutdown(timeout_millis=millis)))
+            threads = [(name, _start_shutdown(name, job)) for name, job in jobs]
+            for _, thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            late = [name for name, thread in threads if thread.is_alive()]
+            if late:
+                logger.warning(
+                    "latency_budget: shutdown reached its %g s deadline with %s still exporting; "
+                    "what they had not sent yet is dropped (is the Collector reachable?)",
+                    timeout_s,
+                    ", ".join(late[:-1]) + " and " + late[-1] if len(late) > 1 else late[0],
+                )
+            self._outcome.append(not late)
+            return not late
+
+
+def _start_shutdown(name: str, job: Callable[[], object]) -> threading.Thread:
+    def run() -> None:
+        try:
+            job()
+        except Exception as exc:  # a provider's failure must not escape into the application's exit
+            logger.warning("latency_budget: shutting down %s failed: %r", name, exc)
+
+    thread = threading.Thread(target=run, name=f"latency-budget-shutdown-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def resolve_protocol(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Protocol:
