@@ -103,9 +103,11 @@ class LatencyBudgetProcessor(SpanProcessor):
     Live reload: with ``reload_interval_s`` (or ``OTEL_LATENCY_BUDGET_RELOAD_INTERVAL``)
     and budgets from a file (a path, or a config whose ``source`` is a file), a daemon
     thread re-reads the file at most every that many seconds and swaps in a changed one
-    that loads; traces in flight finish under the budgets they started with. A broken
-    file keeps the last good budgets and logs its error once. :meth:`reload_now` checks
-    at once (from a SIGHUP handler, say); :meth:`shutdown` stops the thread.
+    that loads, once it has settled (unchanged for 2 s, so a half-written file is never
+    used); traces in flight finish under the budgets they started with. A broken file
+    keeps the last good budgets and logs its error once. Reading never blocks (a FIFO or
+    a device is refused). :meth:`reload_now` checks at once (from a SIGHUP handler,
+    say); :meth:`shutdown` stops the thread.
     """
 
     def __init__(
@@ -179,7 +181,9 @@ class LatencyBudgetProcessor(SpanProcessor):
         """Re-read the budget file now; True when a changed file was loaded and swapped in.
 
         False when the file is unchanged, broken (the last good budgets stay; the error is
-        logged once) or the budgets did not come from a file. Never raises.
+        logged once), changed too recently to be sure it is whole (a follow-up check loads
+        it once it has settled) or the budgets did not come from a file. Never raises and
+        never blocks on the file.
         """
         return self._watcher.check() if self._watcher is not None else False
 
