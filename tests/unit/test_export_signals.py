@@ -183,10 +183,16 @@ def test_shutdown_with_the_collector_down_keeps_its_deadline_and_says_what_is_dr
     outcome = json.loads(done.stdout)
     assert outcome["finished"] is False
     assert outcome["again"] is False  # a second call returns the first call's outcome at once
-    assert outcome["messages"] == [
-        "latency_budget: shutdown reached its 1 s deadline with traces, logs and metrics still exporting; "
-        "what they had not sent yet is dropped (is the Collector reachable?)"
+    # Traces and logs wait on their exporters' retries; metrics get the same deadline passed down, so they
+    # may end just inside or just outside it.
+    allowed = [
+        [
+            f"latency_budget: shutdown reached its 1 s deadline with {late} still exporting; "
+            "what they had not sent yet is dropped (is the Collector reachable?)"
+        ]
+        for late in ("traces and logs", "traces, logs and metrics")
     ]
+    assert outcome["messages"] in allowed
 
 
 @pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])

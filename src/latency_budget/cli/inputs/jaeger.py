@@ -64,7 +64,7 @@ def spans_from_jaeger(document: Mapping[str, Any], where: str) -> list[ParsedSpa
         if errors:
             first = errors[0] if isinstance(errors, list) else errors
             message = first.get("msg", first) if isinstance(first, dict) else first
-            raise TraceInputError(f"{where}: Jaeger reported an error: {show(message, 200)}")
+            raise TraceInputError(f"{where}: Jaeger reported an error: {_cut(str(message))}")
     if traces is None:
         return []
     if not isinstance(traces, list):
@@ -186,3 +186,7 @@ def _tag_value(kind: object, value: object) -> Any:
         except (TypeError, ValueError, OverflowError):
             return None
     return None  # binary
+
+
+def _cut(text: str, width: int = 200) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
