@@ -237,10 +237,10 @@ def test_a_bad_budget_file_is_one_line_with_file_line_and_key(tmp_path: Path) ->
 
 
 def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
-    """-o into a folder that does not exist exits 2 with one line naming the file."""
+    """-o into a folder that does not exist exits 4 (the output error code) with one line naming the file."""
     out = tmp_path / "missing" / "rules.yml"
     result = run_cli("rules", EXAMPLE, "-o", out)
-    assert result.returncode == 2
+    assert result.returncode == 4
     assert result.stderr.startswith(f"latency-budget: {out}: cannot write: ")
     assert len(result.stderr.strip().splitlines()) == 1
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
 
 from ._common import CliError, example_epilog, raw_help
+from ._output import emit, write_file
 from ._slo_rules import WORKBOOK_BURN_RATES, BurnRate, parse_burn_rate, rules_document
 
 __all__ = ["register"]
@@ -26,7 +26,8 @@ alerts as in The Site Reliability Workbook: by default page when 1h and 5m both 
 error budget 14.4x as fast as the objective allows, page at 6x over 6h and 30m, and a
 ticket at 1x over 3d and 6h. --burn-rate replaces these rows.
 
-Exit status: 0 written, 2 unusable input (a bad budget file or option, an unwritable file)."""
+Exit status: 0 written, 2 unusable input (a bad budget file or option), 4 the output could not be
+written (a file that cannot be created, a full disk)."""
 
 
 def register(commands: Any) -> None:
@@ -90,11 +91,8 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"latency-budget: note: {note}", file=sys.stderr)
     if args.output is None:
-        sys.stdout.write(text)
+        emit(text, end="")
         return 0
-    try:
-        Path(args.output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    write_file(args.output, text)
     print(f"Wrote {args.output}.", file=sys.stderr)
     return 0
