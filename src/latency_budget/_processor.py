@@ -27,10 +27,8 @@ from opentelemetry.trace import SpanKind
 from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
-from latency_budget._config.model import StageBudget
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import hint_attributes, root_attributes, violation_attributes
-from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -288,32 +286,16 @@ class LatencyBudgetProcessor(SpanProcessor):
         span_id = ctx[SPAN_ID]
         if state.shared:
             state = self._table.owner_of_ended_span(state, span_id)
-        # The stage set at start, or (for attributes set later) the stage the final attributes give.
-        config = state.config
-        late_match = False
-        named = attributes.get(attr.STAGE)
-        if named.__class__ is str:
-            stage = config.stage_index.get(named, -1)
-        elif (gate := config.classifier.late_gate) is not None and gate.isdisjoint(attributes):
-            stage = -1  # the common case: no rule can match these attributes
-        else:
-            classifier = config.classifier
-            stage = classifier.classify(name, kind, scope, attributes)
-            # A span its name alone puts in a stage was labelled at start (unless the
-            # span's attribute limits dropped the label: then it stays dropped).
-            late_match = stage >= 0 and classifier.prepare(name, kind, scope).__class__ is not int
         parent_id = parent[SPAN_ID] if parent is not None else None
+        table = self._table
+        stage = state.end_span(
+            span_id, parent_id, name, kind, scope, start, end, attributes, events_of, span, self._max_spans, table.lock
+        )
         if span_id == state.root_id:
-            return self._end_root(span, state, stage, late_match, parent_id, name, start, end, attributes)
-        if stage < 0:  # the common case: record, forward untouched
-            state.record(span_id, parent_id, -1, start, end, None, self._max_spans)
+            return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
+        if stage < 0:  # the common case: recorded, forwarded untouched
             return None
-        sources = config.stages[stage].first_token
-        ttft = time_to_first_token_ns(sources, start, attributes, lambda: events_of(span)) if sources else None
-        if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
-            with self._table.lock:
-                state.record_overflow(stage, start, end, ttft)
-        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end)
+        extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 
     def _end_root(
@@ -321,48 +303,54 @@ class LatencyBudgetProcessor(SpanProcessor):
         root: ReadableSpan,
         state: TraceState,
         stage: int,
-        late_match: bool,
-        parent_id: int | None,
         name: str,
+        kind: SpanKind,
+        scope: str,
         start: int,
         end: int,
         attributes: Mapping[str, Any],
     ) -> Annotated | None:
-        """Detach the trace of a local root that ended, judge it and annotate the root."""
+        """Detach the trace of a local root that ended (and was recorded), judge it and annotate the root."""
         if not self._table.close(state):
             return None  # evicted meanwhile: forwarded untouched
-        ttft = None
-        if stage >= 0:
-            ttft = time_to_first_token_ns(
-                state.config.stages[stage].first_token, start, attributes, lambda: events_of(root)
-            )
-        # No span can be recorded any more: the root always fits, past max_spans too.
-        state.spans.append((state.root_id, parent_id, start, end, stage))
-        if ttft is not None:
-            state.first_tokens.append((stage, start, ttft))
         if state.truncated:
             self._table.count_truncated()
         report = state.report(start, end, trace_id=state.trace_id, root_name=name)
-        attributes = root_attributes(report, truncated=state.truncated)
+        root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
         if stage >= 0:
-            attributes = {**_span_attributes(state.budgets.stages[stage], late_match, start, end), **attributes}
+            root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
             events.extend(
                 Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations
             )
             events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
-        return annotated_copy(root, attributes, events), report
+        return annotated_copy(root, root_extra, events), report
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
         self._table.reset_after_fork()
 
 
-def _span_attributes(budget: StageBudget, late_match: bool, start: int, end: int) -> dict[str, AttributeValue]:
+def _span_attributes(
+    state: TraceState,
+    stage: int,
+    name: str,
+    kind: SpanKind,
+    scope: str,
+    start: int,
+    end: int,
+    attributes: Mapping[str, Any],
+) -> dict[str, AttributeValue]:
     """What an ended stage span gains: its label when matched late, the verdict when over its own budget."""
+    budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
-    if late_match:
+    # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
+    # the span's attribute limits dropped the label: then it stays dropped).
+    if (
+        attributes.get(attr.STAGE) != budget.name
+        and state.config.classifier.prepare(name, kind, scope).__class__ is not int
+    ):
         extra[attr.STAGE] = budget.name
         if budget.budget_ms is not None:
             extra[attr.BUDGET_MS] = float(budget.budget_ms)
