@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-__all__ = ["CliError", "Subparsers", "example_epilog"]
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+
+__all__ = ["CliError", "Subparsers", "example_epilog", "load_budgets_option", "raw_help"]
 
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -25,3 +28,15 @@ def example_epilog(*examples: str) -> str:
 def raw_help() -> type[argparse.HelpFormatter]:
     """The help formatter that keeps example lines as written."""
     return argparse.RawDescriptionHelpFormatter
+
+
+def load_budgets_option(
+    path: str | None, builtin: Callable[[], BudgetConfig], builtin_label: str
+) -> tuple[BudgetConfig, str]:
+    """The ``--budgets`` file (a bad one is a one-line error, exit 2), else ``builtin()``; with a label for people."""
+    if path is None:
+        return builtin(), builtin_label
+    try:
+        return load_budgets(path), path
+    except BudgetConfigError as exc:
+        raise CliError(str(exc)) from None

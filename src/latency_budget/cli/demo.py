@@ -16,7 +16,6 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._core.report import TraceReport
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
 from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
@@ -26,7 +25,7 @@ from latency_budget.cli.stats import optimisation, summarize
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
 
-from ._common import CliError, example_epilog, raw_help
+from ._common import CliError, example_epilog, load_budgets_option, raw_help
 from ._progress import ProgressBar
 from ._recorded import positive_int
 from ._summary import closing_lines, summary_table
@@ -145,7 +144,7 @@ class _Counting(SpanExporter):
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulation, print sample requests and the summary."""
-    config, budgets_label = _budgets(args.budgets)
+    config, budgets_label = load_budgets_option(args.budgets, example_budgets, f"{EXAMPLE_BUDGETS_NAME} (built in)")
     targets: list[tuple[str, _Counting]] = []
     otlp = _otlp_target(args)
     if otlp is not None:
@@ -194,15 +193,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"Exported {produced} spans to {name}.", file=sys.stderr)
     return code
-
-
-def _budgets(path: str | None) -> tuple[BudgetConfig, str]:
-    if path is None:
-        return example_budgets(), f"{EXAMPLE_BUDGETS_NAME} (built in)"
-    try:
-        return load_budgets(path), path
-    except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._config import BudgetConfig, as_config
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget.export._otlp import otlp_target
 from latency_budget.export.logs import ViolationLogEmitter
@@ -71,7 +71,7 @@ def configure(
     stops the app.
     ``span_exporter`` replaces the OTLP span exporter (tests, or another backend).
     """
-    config = budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
+    config = as_config(budgets)
     target = otlp_target(endpoint, protocol)
     span_out = span_exporter if span_exporter is not None else target.span_exporter()
     attributes = {SERVICE_NAME: service_name} if service_name else {}
