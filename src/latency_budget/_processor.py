@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,10 +27,8 @@ from opentelemetry.trace import SpanKind
 from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
-from latency_budget._config.model import StageBudget
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import hint_attributes, root_attributes, violation_attributes
-from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -47,6 +44,7 @@ from latency_budget._sdk_internals import (
     view_of,
     view_of_any,
 )
+from latency_budget._trace_table import TraceTable
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
@@ -60,10 +58,6 @@ Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
-# The idle sweep looks at up to _SWEEP traces from the head of the LRU order, when a root
-# starts and the head is idle, and every _ROTATE_EVERY roots (2 per root on average).
-_SWEEP = 16
-_ROTATE_EVERY = 8
 
 
 class ProcessorStats:
@@ -141,17 +135,9 @@ class LatencyBudgetProcessor(SpanProcessor):
             self._on_report = (on_report,)
         else:
             self._on_report = tuple(on_report)
-        self._max_traces = max_active_traces
         self._max_spans = max_spans_per_trace
-        self._ttl_ns = int(idle_ttl_s * 1e9)
-        self._lock = threading.Lock()
-        # Active traces, oldest first (LRU order), keyed by the state itself: root span ids
-        # need not be unique across traces (a deterministic id generator may repeat them).
-        self._traces: dict[TraceState, None] = {}
-        self._by_trace: dict[int, TraceState] = {}  # trace id -> its first active local root
-        self._owners: dict[int, TraceState] = {}  # span id -> state, for traces with several local roots
-        self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
-        self._countdown = _ROTATE_EVERY  # roots until the next idle sweep
+        self._table = TraceTable(max_active_traces, int(idle_ttl_s * 1e9))
+        self._by_trace = self._table.by_trace  # read on every span, with no call and no lock
         self._shutdown = False
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._reset_after_fork)
@@ -194,10 +180,7 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     def stats(self) -> ProcessorStats:
         """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces."""
-        with self._lock:
-            return ProcessorStats(
-                len(self._traces), self._evicted_lru, self._evicted_idle, self._reports, self._truncated
-            )
+        return ProcessorStats(*self._table.counts())
 
     # -- hooks -------------------------------------------------------------------------
     #
@@ -254,10 +237,9 @@ class LatencyBudgetProcessor(SpanProcessor):
     # -- accounting ------------------------------------------------------------------
     #
     # Bookkeeping is per trace, not per span: a span finds its account through its trace
-    # id, and an ended span is recorded by appending to its trace's list, with no lock.
-    # The lock guards the maps of traces: a root's start and end, evictions, and traces
-    # with two local roots active in this process (a service calling itself), whose
-    # later spans are registered one by one, in _owners, so each finds its own root.
+    # id in the table of active traces (_trace_table), and an ended span is recorded by
+    # appending to its trace's list, with no lock. The table's lock guards its maps: a
+    # root's start and end, evictions, and traces with several local roots.
 
     def _start(self, span: Span, ctx: ContextTuple) -> None:
         try:
@@ -271,7 +253,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state is None:
             return  # not a trace we account (evicted, or started before us)
         if state.shared:
-            state = self._register_shared(state, ctx, parent)
+            state = self._table.owner_of_new_span(state, ctx[SPAN_ID], parent[SPAN_ID])
         state.referenced = True  # unlocked: a benign race on an LRU hint
         stage = state.config.classifier.classify(name, kind, scope, attributes)
         if stage >= 0:
@@ -292,96 +274,9 @@ class LatencyBudgetProcessor(SpanProcessor):
         budgets = config.budgets_for_root(name, kind, scope, attributes)
         span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
         state = TraceState(config, budgets, span_id, start, trace_id)
-        traces, by_trace = self._traces, self._by_trace
-        # Decided before taking the lock (reads of a dict are atomic; a stale answer only
-        # moves a sweep to the next root): whether to drop an idle head or rotate the
-        # clock. Most roots need neither.
-        try:
-            head = next(iter(traces), None)
-        except RuntimeError:  # another thread changed the table between iter() and next()
-            head = None  # the next root looks again
-        self._countdown -= 1  # unlocked: a lost update only shifts the next rotation
-        sweep = self._countdown <= 0 or (head is not None and start - head.last_seen > self._ttl_ns)
-        with self._lock:
-            # Without a sweep, no Python-level call runs here but the length check, so the
-            # thread holding the lock is hardly ever switched out for one that waits on it.
-            if sweep or len(traces) >= self._max_traces:
-                self._admit(state, start)
-            traces[state] = None
-            if trace_id in by_trace:
-                # A second local root of an active trace: from now on, spans of this
-                # trace are registered one by one so each finds its own root.
-                by_trace[trace_id].shared.append(state)
-                self._owners[span_id] = state
-                state.owned.append(span_id)
-            else:
-                by_trace[trace_id] = state
+        self._table.open(state)
         if stage >= 0:
             set_label(span, budgets.stages[stage].label)
-
-    def _register_shared(self, first: TraceState, ctx: ContextTuple, parent: ContextTuple) -> TraceState:
-        """The state a span of a trace with several local roots belongs to: its parent's."""
-        with self._lock:
-            state = self._owners.get(parent[SPAN_ID], first)
-            if state is not self._by_trace.get(ctx[TRACE_ID]):
-                self._owners[ctx[SPAN_ID]] = state
-                state.owned.append(ctx[SPAN_ID])
-        return state
-
-    def _admit(self, state: TraceState, now: int) -> None:
-        """Make room for a new trace: drop idle traces, then the least recently used. Holds the lock."""
-        traces = self._traces
-        self._countdown = _ROTATE_EVERY
-        # A clock sweep for idle traces: when the head is idle, and every _ROTATE_EVERY
-        # roots, so that idle traces behind a long-lived one are found too.
-        for _ in range(min(_SWEEP, len(traces))):
-            head = next(iter(traces))
-            del traces[head]
-            if now - head.last_seen > self._ttl_ns:
-                self._forget(head)
-                self._evicted_idle += 1
-                _guard.log_once(
-                    (id(self), "evict-idle"),
-                    logging.WARNING,
-                    "latency_budget: dropped traces idle for over %.0f s; they are forwarded unannotated (see stats())",
-                    self._ttl_ns / 1e9,
-                )
-            else:
-                traces[head] = None
-        while len(traces) >= self._max_traces:
-            head = next(iter(traces))
-            del traces[head]
-            if head.referenced:  # second chance: recently active traces go to the back
-                head.referenced = False
-                traces[head] = None
-                continue
-            self._forget(head)
-            self._evicted_lru += 1
-            _guard.log_once(
-                (id(self), "evict-lru"),
-                logging.WARNING,
-                "latency_budget: over %d active traces; the least recently used are forwarded "
-                "unannotated (see stats())",
-                self._max_traces,
-            )
-
-    def _forget(self, state: TraceState) -> None:
-        """Detach a trace whose root ended or that was evicted. Holds the lock."""
-        state.finished = True
-        self._traces.pop(state, None)
-        owners = self._owners
-        for span_id in state.owned:
-            owners.pop(span_id, None)
-        first = self._by_trace.get(state.trace_id)
-        if first is state:
-            if state.shared:  # promote the next active local root of this trace
-                successor = state.shared[0]
-                successor.shared = state.shared[1:]
-                self._by_trace[state.trace_id] = successor
-            else:
-                del self._by_trace[state.trace_id]
-        elif first is not None and state in first.shared:
-            first.shared.remove(state)
 
     def _end(self, span: ReadableSpan, ctx: ContextTuple, state: TraceState) -> Annotated | None:
         """Record an ended span of an accounted trace; the copy to forward, if it gains attributes."""
@@ -394,34 +289,17 @@ class LatencyBudgetProcessor(SpanProcessor):
         end = end or start
         span_id = ctx[SPAN_ID]
         if state.shared:
-            with self._lock:
-                state = self._owners.get(span_id, state)
-        # The stage set at start, or (for attributes set later) the stage the final attributes give.
-        config = state.config
-        late_match = False
-        named = attributes.get(attr.STAGE)
-        if named.__class__ is str:
-            stage = config.stage_index.get(named, -1)
-        elif (gate := config.classifier.late_gate) is not None and gate.isdisjoint(attributes):
-            stage = -1  # the common case: no rule can match these attributes
-        else:
-            classifier = config.classifier
-            stage = classifier.classify(name, kind, scope, attributes)
-            # A span its name alone puts in a stage was labelled at start (unless the
-            # span's attribute limits dropped the label: then it stays dropped).
-            late_match = stage >= 0 and classifier.prepare(name, kind, scope).__class__ is not int
+            state = self._table.owner_of_ended_span(state, span_id)
         parent_id = parent[SPAN_ID] if parent is not None else None
+        table = self._table
+        stage = state.end_span(
+            span_id, parent_id, name, kind, scope, start, end, attributes, events_of, span, self._max_spans, table.lock
+        )
         if span_id == state.root_id:
-            return self._end_root(span, state, stage, late_match, parent_id, name, start, end, attributes)
-        if stage < 0:  # the common case: record, forward untouched
-            state.record(span_id, parent_id, -1, start, end, None, self._max_spans)
+            return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
+        if stage < 0:  # the common case: recorded, forwarded untouched
             return None
-        sources = config.stages[stage].first_token
-        ttft = time_to_first_token_ns(sources, start, attributes, lambda: events_of(span)) if sources else None
-        if not state.record(span_id, parent_id, stage, start, end, ttft, self._max_spans):
-            with self._lock:
-                state.record_overflow(stage, start, end, ttft)
-        extra = _span_attributes(state.budgets.stages[stage], late_match, start, end)
+        extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 
     def _end_root(
@@ -429,62 +307,54 @@ class LatencyBudgetProcessor(SpanProcessor):
         root: ReadableSpan,
         state: TraceState,
         stage: int,
-        late_match: bool,
-        parent_id: int | None,
         name: str,
+        kind: SpanKind,
+        scope: str,
         start: int,
         end: int,
         attributes: Mapping[str, Any],
     ) -> Annotated | None:
-        """Detach the trace of a local root that ended, judge it and annotate the root."""
-        by_trace = self._by_trace
-        with self._lock:
-            if state.finished:
-                return None  # evicted meanwhile: forwarded untouched
-            if state.shared or state.owned or by_trace[state.trace_id] is not state:
-                self._forget(state)
-            else:  # the common case, as _forget would do it, with no Python call under the lock
-                state.finished = True
-                del self._traces[state]
-                del by_trace[state.trace_id]
-            self._reports += 1
-        ttft = None
-        if stage >= 0:
-            ttft = time_to_first_token_ns(
-                state.config.stages[stage].first_token, start, attributes, lambda: events_of(root)
-            )
-        # No span can be recorded any more: the root always fits, past max_spans too.
-        state.spans.append((state.root_id, parent_id, start, end, stage))
-        if ttft is not None:
-            state.first_tokens.append((stage, start, ttft))
+        """Detach the trace of a local root that ended (and was recorded), judge it and annotate the root."""
+        if not self._table.close(state):
+            return None  # evicted meanwhile: forwarded untouched
         if state.truncated:
-            with self._lock:
-                self._truncated += 1
+            self._table.count_truncated()
         report = state.report(start, end, trace_id=state.trace_id, root_name=name)
-        attributes = root_attributes(report, truncated=state.truncated)
+        root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
         if stage >= 0:
-            attributes = {**_span_attributes(state.budgets.stages[stage], late_match, start, end), **attributes}
+            root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
             events.extend(
                 Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations
             )
             events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
-        return annotated_copy(root, attributes, events), report
+        return annotated_copy(root, root_extra, events), report
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
-        self._lock = threading.Lock()
-        self._traces = {}
-        self._by_trace = {}
-        self._owners = {}
-        self._evicted_lru = self._evicted_idle = self._reports = self._truncated = 0
+        self._table.reset_after_fork()
 
 
-def _span_attributes(budget: StageBudget, late_match: bool, start: int, end: int) -> dict[str, AttributeValue]:
+def _span_attributes(
+    state: TraceState,
+    stage: int,
+    name: str,
+    kind: SpanKind,
+    scope: str,
+    start: int,
+    end: int,
+    attributes: Mapping[str, Any],
+) -> dict[str, AttributeValue]:
     """What an ended stage span gains: its label when matched late, the verdict when over its own budget."""
+    budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
-    if late_match:
+    # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
+    # the span's attribute limits dropped the label: then it stays dropped).
+    if (
+        attributes.get(attr.STAGE) != budget.name
+        and state.config.classifier.prepare(name, kind, scope).__class__ is not int
+    ):
         extra[attr.STAGE] = budget.name
         if budget.budget_ms is not None:
             extra[attr.BUDGET_MS] = float(budget.budget_ms)

@@ -1,21 +1,24 @@
 """Judge recorded spans (from files or a tracing backend) with the processor's own accounting.
 
 The CLI's ``check``, ``report`` and ``suggest`` read traces into :class:`SpanRecord`
-values and call :func:`evaluate_spans`. It classifies, measures and evaluates with the
-same classifier, first-token reader, :class:`TraceState` and ``evaluate`` as the live
-processor, so a recorded trace gets the verdict it got (or would have got) in production.
+values and call :func:`evaluate_spans`. Each span is recorded by
+:meth:`TraceState.end_span`, the live processor's own rule (stage, first token, bounds),
+and judged by the same :meth:`TraceState.report`, so a recorded trace gets the verdict it
+got (or would have got) in production. As live, a span's ``latency_budget.stage`` label
+(written when it started) decides its stage when it names a stage of this budget file;
+other spans are classified by the file's rules on their final attributes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
-from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 
@@ -79,22 +82,47 @@ def evaluate_spans(
     for key, span in by_id.items():
         members.setdefault(local_root(key), []).append(span)
 
-    classifier = config.classifier
     reports: list[TraceReport] = []
+    unshared = nullcontext()  # one thread: the overflow counters need no lock
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
         budgets = config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
         state = TraceState(config, budgets, root.span_id, root.start_ns, root.trace_id)
         for span in sorted(members[root_key], key=lambda s: (s.end_ns, s.start_ns)):
-            if span is not root and span.end_ns > root.end_ns:
+            if span is root:
+                continue  # recorded last, as it ends
+            if span.end_ns > root.end_ns:
                 continue  # ended after its root: the live processor could not count it either
-            stage = classifier.classify(span.name, span.kind, span.scope, span.attributes)
-            ttft = None
-            if stage >= 0:
-                ttft = time_to_first_token_ns(
-                    config.stages[stage].first_token, span.start_ns, span.attributes, span.events
-                )
-            parent = None if span is root else span.parent_id
-            if not state.record(span.span_id, parent, stage, span.start_ns, span.end_ns, ttft, max_spans_per_trace):
-                state.record_overflow(stage, span.start_ns, span.end_ns, ttft)
+            state.end_span(
+                span.span_id,
+                span.parent_id,
+                span.name,
+                span.kind,
+                span.scope,
+                span.start_ns,
+                span.end_ns,
+                span.attributes,
+                _events,
+                span,
+                max_spans_per_trace,
+                unshared,
+            )
+        state.end_span(
+            root.span_id,
+            None,
+            root.name,
+            root.kind,
+            root.scope,
+            root.start_ns,
+            root.end_ns,
+            root.attributes,
+            _events,
+            root,
+            max_spans_per_trace,
+            unshared,
+        )
         reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
     return reports
+
+
+def _events(span: SpanRecord) -> tuple[Event, ...]:
+    return span.events

@@ -30,8 +30,12 @@ def root_attrs(span: ReadableSpan) -> dict[str, object]:
     return dict(span.attributes or {})
 
 
-def test_sequential_stages_each_own_their_time() -> None:
-    """Retrieval, model and tools one after another: each stage's critical time is its duration."""
+def test_back_to_back_stages_each_own_their_time_unlike_jaeger() -> None:
+    """Stages back to back each own their duration: a sibling ending as the next starts is on the path.
+
+    Jaeger's view takes only a sibling that ended strictly before the next one started, so
+    there the model call (ending at 1295, as the tool starts) would be the root's own time.
+    """
     p = pipeline()
     root = p.start("request", 0)
     p.run("retrieve", 0, 45, parent=root, attributes=op("retrieval"))
@@ -46,8 +50,12 @@ def test_sequential_stages_each_own_their_time() -> None:
     assert a[attr.CRITICAL_STAGE] == "model_call"
 
 
-def test_parallel_tools_only_the_last_to_finish_is_critical() -> None:
-    """Two overlapping tool calls: the critical path follows the one that finished last."""
+def test_overlapping_sibling_is_cut_at_the_cursor_where_jaeger_skips_it() -> None:
+    """Two overlapping tool calls: the path follows the last to finish, then the other, cut at its start.
+
+    Jaeger's view skips a sibling still running when the next one started, so there 0-50
+    would be the root's own time (tool_calls 130, unattributed 70).
+    """
     p = pipeline()
     root = p.start("request", 0)
     p.run("tool a", 0, 150, parent=root, attributes=op("execute_tool"))
@@ -58,6 +66,26 @@ def test_parallel_tools_only_the_last_to_finish_is_critical() -> None:
     assert a[attr.stage_key("tool_calls", "critical_ms")] == 180.0
     assert a[attr.UNATTRIBUTED_MS] == 20.0
     assert hints_of(p.span("request")) == []  # overlapping siblings: no sequential hint
+
+
+def test_siblings_ending_together_the_earlier_start_wins_unlike_jaeger() -> None:
+    """Of two siblings that end at the same instant, the one that started first is on the path.
+
+    Jaeger's view keeps the order of the spans in the trace for equal ends; here the order
+    in which they were recorded does not matter.
+    """
+    for late_first in (True, False):
+        p = pipeline()
+        root = p.start("request", 0)
+        if late_first:
+            p.run("tool", 50, 100, parent=root, attributes=op("execute_tool"))
+        p.run("retrieve", 0, 100, parent=root, attributes=op("retrieval"))
+        if not late_first:
+            p.run("tool", 50, 100, parent=root, attributes=op("execute_tool"))
+        root.end(end_time=at(100))
+        a = root_attrs(p.span("request"))
+        assert a[attr.stage_key("retrieval", "critical_ms")] == 100.0
+        assert attr.stage_key("tool_calls", "critical_ms") not in a
 
 
 def test_sequential_tools_get_a_hint_with_sum_minus_max_savings() -> None:

@@ -25,7 +25,7 @@ import latency_budget
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter, configure
-from latency_budget.export.setup import resolve_protocol
+from latency_budget.export._otlp import resolve_protocol
 
 from .helpers import TECHCORP_YAML, at, op, pipeline
 

@@ -1,7 +1,7 @@
 """Budget files: the YAML format, its validation and the loaded model."""
 
 from latency_budget._config.errors import BudgetConfigError
-from latency_budget._config.loader import load_budgets
+from latency_budget._config.loader import as_config, load_budgets
 from latency_budget._config.model import (
     DEFAULT_PROFILE,
     BudgetConfig,
@@ -21,5 +21,6 @@ __all__ = [
     "Profile",
     "StageBudget",
     "StageDefinition",
+    "as_config",
     "load_budgets",
 ]

@@ -1,6 +1,8 @@
-"""The one error type that configuration problems raise."""
+"""The one error type that configuration problems raise, and how messages quote a bad value."""
 
 from __future__ import annotations
+
+__all__ = ["BudgetConfigError", "describe_value"]
 
 
 class BudgetConfigError(ValueError):
@@ -18,3 +20,20 @@ class BudgetConfigError(ValueError):
         where = f"{source}:{line}" if line is not None else source
         prefix = f"{where}: {path}: " if path else f"{where}: "
         super().__init__(prefix + message)
+
+
+def describe_value(value: object, *, mapping: str = "a mapping", null: str = "nothing (null)") -> str:
+    """A bad value as an error message quotes it: its kind for containers, else a repr cut at 60 characters.
+
+    ``mapping`` and ``null`` name those in the input's own terms (JSON says ``an object``, ``null``).
+    """
+    if isinstance(value, dict):
+        return mapping
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return null
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.errors import BudgetConfigError
+from latency_budget._config.errors import describe_value as _describe
 from latency_budget._config.genai_defaults import (
     BUILTIN_STAGES,
     DEFAULT_FIRST_TOKEN,
@@ -104,6 +105,11 @@ def load_budgets(
         source = source or name
     assert text is not None
     return _Builder(source or "<text>").build(parse_yaml(text, source or "<text>"))
+
+
+def as_config(budgets: BudgetConfig | str | os.PathLike[str]) -> BudgetConfig:
+    """``budgets`` itself when already loaded, else the budget file it names, loaded."""
+    return budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
 
 
 class _Builder:
@@ -465,16 +471,3 @@ def _sum_budgets(stages: tuple[StageBudget, ...]) -> float | None:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, LocatedDict):
-        return "a mapping"
-    if isinstance(value, LocatedList):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -12,11 +12,10 @@ AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 
 
 def root_attributes(report: TraceReport, *, truncated: bool = False) -> AttributeMap:
-    """The attributes the local root span gains. All ``_ms`` values are floats."""
-    over: list[str] = []
-    warn: list[str] = []
-    critical_stage = None
-    critical_best = 0.0
+    """The attributes the local root span gains. All ``_ms`` values are floats.
+
+    The verdicts (violated, over-budget and warn stages, critical stage) are the report's own.
+    """
     out: AttributeMap = {}
     for stage in report.stages:
         name = stage.stage
@@ -29,28 +28,24 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
                 out[keys[3]] = float(stage.budget_ms)
             if stage.first_token_ms is not None:
                 out[keys[4]] = float(stage.first_token_ms)
-        critical = stage.critical_ms
-        if critical:
-            out[keys[5]] = float(critical)
-            if critical > critical_best:
-                critical_stage, critical_best = name, critical
-        if stage.violations:
-            (over if stage.violations[0].severity == "error" else warn).append(name)
-    violated = bool(over) or any(v.severity == "error" for v in report.violations)
-    out[attr.VIOLATED] = violated
-    out[attr.OVER_BUDGET_STAGES] = tuple(over)
+        if stage.critical_ms:
+            out[keys[5]] = float(stage.critical_ms)
+    out[attr.VIOLATED] = report.violated
+    out[attr.OVER_BUDGET_STAGES] = report.over_budget_stages
     out[attr.TOTAL_ACTUAL_MS] = float(report.total_actual_ms)
     out[attr.PROFILE] = report.profile
     if report.total_budget_ms is not None:
         out[attr.TOTAL_BUDGET_MS] = float(report.total_budget_ms)
+    warn = report.warn_stages
     if warn:
-        out[attr.WARN_STAGES] = tuple(warn)
+        out[attr.WARN_STAGES] = warn
     if report.first_token_ms is not None:
         out[attr.FIRST_TOKEN_MS] = float(report.first_token_ms)
     if truncated:
         out[attr.TRUNCATED] = True
     if report.unattributed_ms is not None:
         out[attr.UNATTRIBUTED_MS] = float(report.unattributed_ms)
+    critical_stage = report.critical_stage
     if critical_stage is not None:
         out[attr.CRITICAL_STAGE] = critical_stage
     return out

@@ -1,6 +1,6 @@
 """Critical-path attribution: which stage owned the time that decided the request's latency.
 
-The rule, walking backwards from the local root's end (as Jaeger's critical-path view):
+Our own rule, walking backwards from the local root's end:
 
 1. Start at the root with a cursor at its end.
 2. Take the span's children in the order they finished, latest first (between children
@@ -13,8 +13,19 @@ The rule, walking backwards from the local root's end (as Jaeger's critical-path
 4. When no child is left, the time from the span's start to the cursor is its own.
 
 Children are cut to their parent's interval, so the pieces partition the root's
-duration exactly. Each piece is attributed to the innermost stage span that contains
-it (the span itself or its nearest stage ancestor), or to ``unattributed``.
+duration exactly, and each piece belongs to a span that was running at that instant.
+Each piece is attributed to the innermost stage span that contains it (the span itself
+or its nearest stage ancestor), or to ``unattributed``.
+
+It resembles Jaeger UI's critical-path view but is not the same rule, and the two often
+disagree on traces with overlapping siblings. Jaeger, going back from a child's start,
+takes only a sibling that ended strictly before it: a sibling still running at that
+instant is skipped (here it is cut at the cursor), and one that ended exactly then is
+skipped too (here it is on the path); the time such a sibling ran is then the parent's
+own. Jaeger also breaks ties between equal ends by the order of the spans in the trace,
+where this rule prefers the earlier start, then the lower span id, so that the path
+never depends on the order spans were recorded in. The tests in
+``tests/unit/test_critical_path.py`` whose names mention Jaeger pin these differences.
 """
 
 from __future__ import annotations

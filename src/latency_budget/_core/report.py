@@ -95,29 +95,50 @@ class TraceReport:
     start_time_ns: int | None = None  # the local root's start and end (epoch ns), when known
     end_time_ns: int | None = None
 
+    # The derived verdicts below are the definitions the root span's attributes, the CLI
+    # and the testing helper all use. They run once per trace on the application's
+    # thread (see annotate.root_attributes), so the common case, no violation, returns
+    # before any generator is made.
+
     @property
     def violated(self) -> bool:
         """True when any error-level budget (a stage's or the total's) was broken."""
-        return any(v.severity == "error" for v in self.violations)
+        for violation in self.violations:  # noqa: SIM110 - a loop makes no generator
+            if violation.severity == "error":
+                return True
+        return False
+
+    @property
+    def warned(self) -> bool:
+        """True when any warn-level budget (a stage's or the total's) was broken."""
+        for violation in self.violations:  # noqa: SIM110 - a loop makes no generator
+            if violation.severity == "warn":
+                return True
+        return False
 
     @property
     def over_budget_stages(self) -> tuple[str, ...]:
         """Stages with an error-level violation of any kind, in config order (never ``total``)."""
+        if not self.violations:
+            return ()
         return tuple(s.stage for s in self.stages if s.over_budget)
 
     @property
     def warn_stages(self) -> tuple[str, ...]:
         """Stages with a warn-level violation, in config order."""
+        if not self.violations:
+            return ()
         return tuple(s.stage for s in self.stages if any(v.severity == "warn" for v in s.violations))
 
     @property
     def critical_stage(self) -> str | None:
         """The stage with the most critical-path time (first in config order on ties)."""
-        best: StageReport | None = None
+        best, most = None, 0.0
         for stage in self.stages:
-            if stage.critical_ms and (best is None or stage.critical_ms > (best.critical_ms or 0.0)):
-                best = stage
-        return best.stage if best is not None else None
+            critical = stage.critical_ms
+            if critical and critical > most:
+                best, most = stage.stage, critical
+        return best
 
     def stage(self, name: str) -> StageReport:
         """The report of one stage (``KeyError`` when the stage is not configured)."""

@@ -1,20 +1,33 @@
 """Per-trace accounting state, kept while a local root is open.
 
-Spans of the trace end on any thread. Recording one is an append to a list (atomic in
-CPython), so the processor takes no lock for it; the root's end takes a snapshot and
-works out the per-stage tallies from it. Only past ``max_spans`` (a truncated trace)
-do stage spans go to exact counters, which the processor updates under its lock.
+Spans of the trace end on any thread. Recording one (:meth:`TraceState.end_span`, used
+by the live processor and by the replay of recorded traces alike) is an append to a list
+(atomic in CPython), so it takes no lock; the root's end takes a snapshot and works out
+the per-stage tallies from it. Only past ``max_spans`` (a truncated trace) do stage spans
+go to exact counters, updated under a lock the caller gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+from latency_budget._attributes import STAGE
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
+from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.hints import find_hints
 from latency_budget._core.report import TraceReport
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import Event
+    from opentelemetry.trace import SpanKind
+
 __all__ = ["StageTally", "TraceState"]
+
+_Source = TypeVar("_Source")
 
 
 class StageTally:
@@ -80,31 +93,52 @@ class TraceState:
         self.truncated = False
         self.finished = False
 
-    def record(
+    def end_span(
         self,
         span_id: int,
         parent_id: int | None,
-        stage: int,
+        name: str,
+        kind: SpanKind,
+        scope: str,
         start: int,
         end: int,
-        first_token_ns: int | None,
+        attributes: Mapping[str, object],
+        read_events: Callable[[_Source], Sequence[Event]],
+        source: _Source,
         max_spans: int,
-    ) -> bool:
-        """Account one ended span (``stage`` -1 for none).
+        lock: AbstractContextManager[object],
+    ) -> int:
+        """Account one ended span of this trace, its local root included; its stage, or -1.
 
-        False when the trace is full and a stage span still needs counting: the caller
-        then calls :meth:`record_overflow` (under a lock, when threads share the state).
+        The one rule for the live processor and for recorded traces. The stage is the one
+        the span's label names (set when it started), else the first whose rules its final
+        attributes match. A stage span's time to first token is read from its attributes,
+        or from ``read_events(source)``, called only when an event source is reached.
+        Past ``max_spans`` (the root always fits: it ends last), a stage span goes to
+        exact counters, under ``lock`` when threads share the state.
         """
-        self.referenced = True
-        self.last_seen = end
+        config = self.config
+        named = attributes.get(STAGE)
+        stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
+        if stage < 0 and ((gate := config.classifier.late_gate) is None or not gate.isdisjoint(attributes)):
+            stage = config.classifier.classify(name, kind, scope, attributes)
+        ttft = None
+        if stage >= 0 and (sources := config.stages[stage].first_token):
+            ttft = time_to_first_token_ns(sources, start, attributes, lambda: read_events(source))
         spans = self.spans
-        if len(spans) < max_spans:
-            spans.append((span_id, parent_id, start, end, stage))
-            if first_token_ns is not None:
-                self.first_tokens.append((stage, start, first_token_ns))
-            return True
-        self.truncated = True
-        return stage < 0
+        if span_id != self.root_id:
+            self.referenced = True
+            self.last_seen = end
+            if len(spans) >= max_spans:
+                self.truncated = True
+                if stage >= 0:
+                    with lock:
+                        self.record_overflow(stage, start, end, ttft)
+                return stage
+        spans.append((span_id, parent_id, start, end, stage))
+        if ttft is not None:
+            self.first_tokens.append((stage, start, ttft))
+        return stage
 
     def record_overflow(self, stage: int, start: int, end: int, first_token_ns: int | None) -> None:
         """Count a stage span that did not fit in ``spans`` (it adds to counts, not to unions)."""

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-__all__ = ["EXIT_INTERNAL", "EXIT_STATUS", "CliError", "Subparsers", "example_epilog"]
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_STATUS",
+    "CliError",
+    "Subparsers",
+    "example_epilog",
+    "load_budgets_option",
+    "raw_help",
+]
 
 EXIT_INTERNAL = 3
 EXIT_STATUS = """\
@@ -35,3 +46,15 @@ def example_epilog(*examples: str) -> str:
 def raw_help() -> type[argparse.HelpFormatter]:
     """The help formatter that keeps example lines as written."""
     return argparse.RawDescriptionHelpFormatter
+
+
+def load_budgets_option(
+    path: str | None, builtin: Callable[[], BudgetConfig], builtin_label: str
+) -> tuple[BudgetConfig, str]:
+    """The ``--budgets`` file (a bad one is a one-line error, exit 2), else ``builtin()``; with a label for people."""
+    if path is None:
+        return builtin(), builtin_label
+    try:
+        return load_budgets(path), path
+    except BudgetConfigError as exc:
+        raise CliError(str(exc)) from None

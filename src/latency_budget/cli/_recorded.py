@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._config import BudgetConfig, load_budgets
 from latency_budget._core.report import TraceReport
 from latency_budget._replay import evaluate_spans
 from latency_budget.cli.stats import RunSummary, summarize
 
-from ._common import CliError
+from ._common import CliError, load_budgets_option
 from ._output import warn
 from ._summary import plural
 from .inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
@@ -126,12 +126,11 @@ class Recorded:
 
 def load_config(path: str | None) -> tuple[BudgetConfig, str]:
     """The budget file (errors exit 2) or the built-in GenAI stages, with a label for people."""
-    if path is None:
-        return load_budgets(text=_BUILTIN_YAML, source="<built-in>"), BUILTIN_LABEL
-    try:
-        return load_budgets(path), path
-    except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
+    return load_budgets_option(path, _builtin_budgets, BUILTIN_LABEL)
+
+
+def _builtin_budgets() -> BudgetConfig:
+    return load_budgets(text=_BUILTIN_YAML, source="<built-in>")
 
 
 def load_recorded(args: argparse.Namespace) -> Recorded:

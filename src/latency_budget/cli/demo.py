@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._core.report import TraceReport
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
 from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
@@ -25,15 +23,16 @@ from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
 from latency_budget.cli.stats import optimisation, summarize
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
+from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
 
-from ._common import CliError, example_epilog, raw_help
+from ._common import CliError, example_epilog, load_budgets_option, raw_help
 from ._output import OutputError, emit, finish_output
 from ._progress import ProgressBar
 from ._recorded import positive_int
 from ._summary import closing_lines, summary_table
 
 if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
-    from opentelemetry.sdk._logs.export import LogRecordExporter
+    pass
 
 __all__ = ["register"]
 
@@ -49,11 +48,9 @@ by default nothing leaves the process: add --otlp-endpoint to send the spans (an
 log record per violation, and the budget metrics) to a Collector, or --save-traces to
 try `check` and `report` on them."""
 
-_PROTOCOLS = ("grpc", "http/protobuf")
 _SPANS_PER_REQUEST = 30  # an upper bound, to size the export queue so that no span is dropped
 _VIOLATIONS_PER_REQUEST = 8  # likewise for the violation log records
 _METRIC_INTERVAL_MS = 5_000
-_HTTP_PATHS = {"traces": "/v1/traces", "logs": "/v1/logs", "metrics": "/v1/metrics"}
 
 
 def register(commands: Any) -> None:
@@ -106,7 +103,7 @@ def register(commands: Any) -> None:
     )
     export.add_argument(
         "--otlp-protocol",
-        choices=_PROTOCOLS,
+        choices=PROTOCOLS,
         help="OTLP transport (default: OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL, else grpc)",
     )
     export.add_argument(
@@ -148,7 +145,7 @@ class _Counting(SpanExporter):
 
 def run(args: argparse.Namespace) -> int:
     """Run the simulation, print sample requests and the summary."""
-    config, budgets_label = _budgets(args.budgets)
+    config, budgets_label = load_budgets_option(args.budgets, example_budgets, f"{EXAMPLE_BUDGETS_NAME} (built in)")
     targets: list[tuple[str, _Counting]] = []
     otlp = _otlp_target(args)
     if otlp is not None:
@@ -199,79 +196,32 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _budgets(path: str | None) -> tuple[BudgetConfig, str]:
-    if path is None:
-        return example_budgets(), f"{EXAMPLE_BUDGETS_NAME} (built in)"
-    try:
-        return load_budgets(path), path
-    except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
-
-
 @dataclass(frozen=True)
 class _OtlpTarget:
     """Where the demo's telemetry goes over OTLP."""
 
     label: str  # for people: the endpoint and protocol
     spans: _Counting
-    protocol: str
-    endpoint: str | None  # the URL given, None when the exporters read the environment
+    exporters: OtlpTarget
     signals: bool  # also send the violation log records and the budget metrics
 
 
 def _otlp_target(args: argparse.Namespace) -> _OtlpTarget | None:
-    """The OTLP exporter: argument > OTEL_EXPORTER_OTLP_TRACES_* > OTEL_EXPORTER_OTLP_* > none."""
-    env_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    endpoint = args.otlp_endpoint
-    if endpoint is None and not env_endpoint:
-        return None
-    protocol = (
-        args.otlp_protocol
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "grpc"
-    )
-    if protocol not in _PROTOCOLS:
-        raise CliError(f"OTLP protocol {protocol!r} is not supported; use one of: {', '.join(_PROTOCOLS)}")
-    shown = endpoint or env_endpoint or ""
-    if endpoint is not None:
-        parts = urllib.parse.urlsplit(endpoint)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise CliError(f"--otlp-endpoint: expected a URL such as http://localhost:4317, got {endpoint!r}")
-    exporter: SpanExporter
-    if protocol == "grpc":
-        # Imported here: gRPC takes a moment to load, and only this path needs it.
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415
-            OTLPSpanExporter as GrpcExporter,
-        )
+    """The OTLP export, when asked for (--otlp-endpoint, or OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT), else none.
 
-        exporter = GrpcExporter(endpoint=endpoint) if endpoint else GrpcExporter()
-    else:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
-            OTLPSpanExporter as HttpExporter,
-        )
-
-        if endpoint is not None:
-            shown = _http_signal_url(endpoint, "traces")
-        exporter = HttpExporter(endpoint=shown) if endpoint else HttpExporter()
-    # Logs and metrics follow the generic endpoint only: a traces-only variable means traces only.
-    signals = endpoint is not None or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
-    return _OtlpTarget(f"{shown} (OTLP {protocol})", _Counting(exporter), protocol, endpoint, signals)
-
-
-def _http_signal_url(endpoint: str, signal: str) -> str:
-    """The OTLP/HTTP URL of ``signal`` for ``--otlp-endpoint``.
-
-    A base URL gets the signal's path (as for OTEL_EXPORTER_OTLP_ENDPOINT) and another
-    signal's path is swapped for it; any other traces URL is used as given.
+    Protocol and endpoint follow the rule of ``configure()`` (latency_budget.export._otlp),
+    except that a bad value is an error here, not a warning.
     """
-    base = endpoint.rstrip("/")
-    for path in _HTTP_PATHS.values():
-        if base.endswith(path):
-            return base[: -len(path)] + _HTTP_PATHS[signal]
-    if signal == "traces" and urllib.parse.urlsplit(endpoint).path not in ("", "/"):
-        return endpoint
-    return base + _HTTP_PATHS[signal]
+    env_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if args.otlp_endpoint is None and not env_endpoint:
+        return None
+    try:
+        target = otlp_target(args.otlp_endpoint, args.otlp_protocol, strict=True, endpoint_name="--otlp-endpoint")
+    except OtlpSettingError as exc:
+        raise CliError(str(exc)) from None
+    # Logs and metrics follow the generic endpoint only: a traces-only variable means traces only.
+    signals = args.otlp_endpoint is not None or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    return _OtlpTarget(target.describe("traces"), _Counting(target.span_exporter()), target, signals)
 
 
 def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallback], Callable[[bool], None] | None]:
@@ -283,7 +233,7 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
     """
     if not target.signals:
         return [], None
-    log_exporter, metric_exporter = _signal_exporters(target.protocol, target.endpoint)
+    log_exporter, metric_exporter = target.exporters.log_exporter(), target.exporters.metric_exporter()
     resource = demo_resource()
     logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     queue = max(2048, requests * _VIOLATIONS_PER_REQUEST)
@@ -297,24 +247,6 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
             meter_provider.shutdown()
 
     return [ViolationLogEmitter(logger_provider), BudgetMetrics(meter_provider)], close
-
-
-def _signal_exporters(protocol: str, endpoint: str | None) -> tuple[LogRecordExporter, MetricExporter]:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter  # noqa: PLC0415
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # noqa: PLC0415
-
-        if endpoint:
-            return OTLPLogExporter(endpoint=endpoint), OTLPMetricExporter(endpoint=endpoint)
-        return OTLPLogExporter(), OTLPMetricExporter()
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs  # noqa: PLC0415
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics  # noqa: PLC0415
-
-    if endpoint:
-        return HttpLogs(endpoint=_http_signal_url(endpoint, "logs")), HttpMetrics(
-            endpoint=_http_signal_url(endpoint, "metrics")
-        )
-    return HttpLogs(), HttpMetrics()
 
 
 def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> str:

@@ -12,10 +12,8 @@ import math
 import os
 import threading
 import time
-import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
 
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace
@@ -23,27 +21,20 @@ from opentelemetry._logs import set_logger_provider
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._config import BudgetConfig, as_config
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
+from latency_budget.export._otlp import otlp_target
 from latency_budget.export.logs import ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
 
-if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
-    from opentelemetry.sdk._logs.export import LogRecordExporter
-
-__all__ = ["SHUTDOWN_TIMEOUT_S", "Protocol", "Telemetry", "configure", "resolve_protocol"]
+__all__ = ["SHUTDOWN_TIMEOUT_S", "Telemetry", "configure"]
 
 logger = logging.getLogger("latency_budget")
-
-Protocol = Literal["grpc", "http/protobuf"]
-_PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
-_DEFAULT_PROTOCOL: Protocol = "grpc"
-_HTTP_PATHS = {"traces": "/v1/traces", "logs": "/v1/logs", "metrics": "/v1/metrics"}
 
 
 SHUTDOWN_TIMEOUT_S = 5.0
@@ -110,81 +101,6 @@ def _start_shutdown(name: str, job: Callable[[], object]) -> threading.Thread:
     return thread
 
 
-def resolve_protocol(explicit: str | None = None, env: Mapping[str, str] | None = None) -> Protocol:
-    """The OTLP protocol: argument, else ``OTEL_EXPORTER_OTLP_PROTOCOL``, else grpc.
-
-    An unknown value logs one warning and falls back to grpc.
-    """
-    env = os.environ if env is None else env
-    value = explicit if explicit is not None else env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip()
-    if not value:
-        return _DEFAULT_PROTOCOL
-    for protocol in _PROTOCOLS:
-        if value == protocol:
-            return protocol
-    logger.warning(
-        "latency_budget: unsupported OTLP protocol %r (expected grpc or http/protobuf); using %s",
-        value,
-        _DEFAULT_PROTOCOL,
-    )
-    return _DEFAULT_PROTOCOL
-
-
-def _endpoint(endpoint: str | None, env: Mapping[str, str], protocol: Protocol) -> str | None:
-    """The endpoint to hand to the exporters, or None to let them read the environment.
-
-    A malformed endpoint (argument or ``OTEL_EXPORTER_OTLP_ENDPOINT``) logs one warning
-    and is replaced by the local default for ``protocol``.
-    """
-    explicit = endpoint is not None
-    value = (endpoint if explicit else env.get("OTEL_EXPORTER_OTLP_ENDPOINT")) or ""
-    value = value.strip()
-    if not value:
-        return None
-    parsed = urllib.parse.urlsplit(value)
-    try:
-        port_ok = parsed.port is not None or parsed.scheme in ("http", "https")
-    except ValueError:
-        port_ok = False
-    if parsed.scheme in ("http", "https") and parsed.hostname and port_ok:
-        return value if explicit else None
-    fallback = "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
-    logger.warning(
-        "latency_budget: %s=%r is not an http(s)://host:port URL; exporting to %s instead",
-        "endpoint" if explicit else "OTEL_EXPORTER_OTLP_ENDPOINT",
-        value,
-        fallback,
-    )
-    return fallback
-
-
-def _exporters(protocol: Protocol, endpoint: str | None) -> tuple[SpanExporter, LogRecordExporter, MetricExporter]:
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter  # noqa: PLC0415
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # noqa: PLC0415
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
-
-        if endpoint:
-            return (
-                OTLPSpanExporter(endpoint=endpoint),
-                OTLPLogExporter(endpoint=endpoint),
-                OTLPMetricExporter(endpoint=endpoint),
-            )
-        return OTLPSpanExporter(), OTLPLogExporter(), OTLPMetricExporter()
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogs  # noqa: PLC0415
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics  # noqa: PLC0415
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans  # noqa: PLC0415
-
-    if endpoint:
-        base = endpoint.rstrip("/")
-        return (
-            HttpSpans(endpoint=base + _HTTP_PATHS["traces"]),
-            HttpLogs(endpoint=base + _HTTP_PATHS["logs"]),
-            HttpMetrics(endpoint=base + _HTTP_PATHS["metrics"]),
-        )
-    return HttpSpans(), HttpLogs(), HttpMetrics()
-
-
 def configure(
     budgets: BudgetConfig | str | os.PathLike[str] = "budgets.yaml",
     *,
@@ -201,18 +117,16 @@ def configure(
     """Build tracer, logger and meter providers that export over OTLP, with budgets checked.
 
     ``endpoint`` (for example ``http://localhost:4317``) overrides
-    ``OTEL_EXPORTER_OTLP_ENDPOINT``; ``protocol`` overrides ``OTEL_EXPORTER_OTLP_PROTOCOL``
-    (``grpc`` or ``http/protobuf``). Headers, timeouts and per-signal endpoints come from
-    the standard ``OTEL_EXPORTER_OTLP_*`` variables, read by the OTLP exporters. A bad
-    endpoint or protocol logs one warning and falls back; it never stops the app.
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``; ``protocol`` (``grpc`` or ``http/protobuf``) overrides
+    ``OTEL_EXPORTER_OTLP_PROTOCOL`` and its per-signal forms. Headers, timeouts and
+    per-signal endpoints come from the standard ``OTEL_EXPORTER_OTLP_*`` variables, read by
+    the OTLP exporters. A bad endpoint or protocol logs one warning and falls back; it never
+    stops the app.
     ``span_exporter`` replaces the OTLP span exporter (tests, or another backend).
     """
-    config = budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
-    env = os.environ
-    chosen = resolve_protocol(protocol, env)
-    span_out, log_out, metric_out = _exporters(chosen, _endpoint(endpoint, env, chosen))
-    if span_exporter is not None:
-        span_out = span_exporter
+    config = as_config(budgets)
+    target = otlp_target(endpoint, protocol)
+    span_out = span_exporter if span_exporter is not None else target.span_exporter()
     attributes = {SERVICE_NAME: service_name} if service_name else {}
     resource = Resource.create(attributes)  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES apply too
 
@@ -220,11 +134,13 @@ def configure(
     logger_provider = None
     if logs:
         logger_provider = LoggerProvider(resource=resource)
-        logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_out))
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(target.log_exporter()))
         sinks.append(ViolationLogEmitter(logger_provider))
     meter_provider = None
     if metrics:
-        reader = PeriodicExportingMetricReader(metric_out, export_interval_millis=metric_interval_s * 1000)
+        reader = PeriodicExportingMetricReader(
+            target.metric_exporter(), export_interval_millis=metric_interval_s * 1000
+        )
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
         sinks.append(BudgetMetrics(meter_provider))
     if on_report is not None:

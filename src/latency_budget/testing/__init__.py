@@ -31,7 +31,7 @@ from typing import overload
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
-from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._config import BudgetConfig, as_config
 from latency_budget._core.report import TOTAL, TraceReport
 from latency_budget.testing._capture import Capture, capture_spans
 from latency_budget.testing._verdict import judge_block, percentile_reports
@@ -100,7 +100,7 @@ class BudgetResult:
     @property
     def warned(self) -> bool:
         """Whether a warn-level budget was exceeded."""
-        return any(v.severity == "warn" for report in self.reports for v in report.violations)
+        return any(report.warned for report in self.reports)
 
     def table(self) -> str:
         """The stage table of each verdict: Stage | Budget | Actual | Within budget?"""
@@ -179,13 +179,7 @@ def assert_within_budget(
     global tracer provider (or ``tracer_provider``); with none set, a temporary one is
     installed for the duration and the global state is restored afterwards.
     """
-    config = _load(budgets)
-    if fn is None:
-        _no_repeat_options(runs, percentile)
-        return BudgetBlock(config, tracer_provider)
-    result = _repeat(config, fn, runs, percentile, tracer_provider)
-    _enforce(result, stacklevel=3)
-    return result
+    return _check(as_config(budgets), fn, runs, percentile, tracer_provider)
 
 
 class BudgetChecker:
@@ -207,7 +201,7 @@ class BudgetChecker:
                     "no budget file given: pass one (latency_budget('budgets.yaml')), or set --latency-budgets "
                     "or the latency_budgets ini option"
                 )
-            self._loaded = _load(self.default)
+            self._loaded = as_config(self.default)
         return self._loaded
 
     @overload
@@ -235,24 +229,28 @@ class BudgetChecker:
         percentile: float | None = None,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> BudgetBlock | BudgetResult:
-        config = self.budgets() if budgets is None else _load(budgets)
-        if fn is None:
-            _no_repeat_options(runs, percentile)
-            return BudgetBlock(config, tracer_provider)
-        result = _repeat(config, fn, runs, percentile, tracer_provider)
-        _enforce(result, stacklevel=3)
-        return result
+        config = self.budgets() if budgets is None else as_config(budgets)
+        return _check(config, fn, runs, percentile, tracer_provider)
 
 
-def _load(budgets: Budgets) -> BudgetConfig:
-    return budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
-
-
-def _no_repeat_options(runs: int | None, percentile: float | None) -> None:
-    if runs is not None or percentile is not None:
-        raise TypeError(
-            "runs= and percentile= need a function to repeat: assert_within_budget(budgets, fn, runs=20, percentile=95)"
-        )
+def _check(
+    config: BudgetConfig,
+    fn: Callable[[], object] | None,
+    runs: int | None,
+    percentile: float | None,
+    tracer_provider: trace.TracerProvider | None,
+) -> BudgetBlock | BudgetResult:
+    """A block to enter, without ``fn``; else ``fn`` repeated, judged and enforced (warnings: the caller's caller)."""
+    if fn is None:
+        if runs is not None or percentile is not None:
+            raise TypeError(
+                "runs= and percentile= need a function to repeat: "
+                "assert_within_budget(budgets, fn, runs=20, percentile=95)"
+            )
+        return BudgetBlock(config, tracer_provider)
+    result = _repeat(config, fn, runs, percentile, tracer_provider)
+    _enforce(result, stacklevel=4)
+    return result
 
 
 def _repeat(
@@ -304,7 +302,7 @@ def _enforce(result: BudgetResult, *, stacklevel: int) -> None:
     if failed:
         raise AssertionError("\n\n".join(_message("latency budget exceeded", result, r, "error") for r in failed))
     for report in result.reports:
-        if any(v.severity == "warn" for v in report.violations):
+        if report.warned:
             warnings.warn(
                 LatencyBudgetWarning(_message("latency budget warning", result, report, "warn")),
                 stacklevel=stacklevel,
@@ -312,7 +310,7 @@ def _enforce(result: BudgetResult, *, stacklevel: int) -> None:
 
 
 def _message(title: str, result: BudgetResult, report: TraceReport, severity: str) -> str:
-    names = [s.stage for s in report.stages if any(v.severity == severity for v in s.violations)]
+    names = list(report.over_budget_stages if severity == "error" else report.warn_stages)
     if any(v.stage == TOTAL and v.severity == severity for v in report.violations):
         names.append(TOTAL)
     return f"{title}: {', '.join(names)} {_heading(result, report)}\n\n{report.table()}"

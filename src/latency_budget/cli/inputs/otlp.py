@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
+from latency_budget._config.errors import describe_value
 from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError, show
@@ -83,7 +84,7 @@ class _Reader:
 
     def mapping(self, value: object, path: str) -> Mapping[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {_describe(value)}")
+            raise self.fail(path, f"expected an object, got {_describe_json(value)}")
         return value
 
     def items(self, parent: Mapping[str, Any], key: str, path: str) -> list[Mapping[str, Any]]:
@@ -92,7 +93,7 @@ class _Reader:
         if value is None:
             return []
         if not isinstance(value, list):
-            raise self.fail(full, f"expected a list, got {_describe(value)}")
+            raise self.fail(full, f"expected a list, got {_describe_json(value)}")
         return [self.mapping(item, f"{full}[{i}]") for i, item in enumerate(value)]
 
     def nanos(self, span: Mapping[str, Any], key: str, path: str) -> int:
@@ -113,7 +114,7 @@ class _Reader:
         parent_id = parse_id(parent_raw, 8, where, f"{path}.parentSpanId", exact=True) if parent_raw else None
         name = span.get("name", "")
         if not isinstance(name, str):
-            raise self.fail(f"{path}.name", f"expected a string, got {_describe(name)}")
+            raise self.fail(f"{path}.name", f"expected a string, got {_describe_json(name)}")
         kind_raw = span.get("kind", 0)
         kind_number = _KIND_NAMES.get(kind_raw, -1) if isinstance(kind_raw, str) else kind_raw
         kind = _KINDS.get(kind_number) if isinstance(kind_number, int) and not isinstance(kind_number, bool) else None
@@ -148,11 +149,11 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, list):
-            raise self.fail(path, f"expected a list of key-value pairs, got {_describe(value)}")
+            raise self.fail(path, f"expected a list of key-value pairs, got {_describe_json(value)}")
         out: dict[str, Any] = {}
         for i, pair in enumerate(value):
             if not isinstance(pair, dict) or not isinstance(pair.get("key"), str):
-                raise self.fail(f"{path}[{i}]", f"expected {{'key': ..., 'value': ...}}, got {_describe(pair)}")
+                raise self.fail(f"{path}[{i}]", f"expected {{'key': ..., 'value': ...}}, got {_describe_json(pair)}")
             converted = _any_value(pair.get("value"))
             if converted is not None:
                 out[pair["key"]] = converted
@@ -191,12 +192,5 @@ def _any_value(value: object) -> Any:
     return None  # kvlistValue and bytesValue are not attribute values the matchers can use
 
 
-def _describe(value: object) -> str:
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+def _describe_json(value: object) -> str:
+    return describe_value(value, mapping="an object", null="null")
