@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import time
@@ -62,6 +63,8 @@ def fetch_jaeger(base_url: str, service: str, lookback_s: float, *, limit: int, 
         raise TraceInputError(f"{url}: Jaeger answered HTTP {exc.code}{': ' + detail if detail else ''}") from None
     except urllib.error.URLError as exc:
         raise TraceInputError(f"{base_url}: cannot reach Jaeger: {exc.reason}") from None
+    except http.client.HTTPException as exc:  # a body cut short, a garbled status line
+        raise TraceInputError(f"{url}: cannot read Jaeger's answer: {exc!r}") from None
     except (TimeoutError, OSError) as exc:
         raise TraceInputError(f"{base_url}: cannot reach Jaeger: {exc}") from None
     try:
