@@ -255,6 +255,6 @@ def test_local_server_whose_body_is_cut_short_is_one_line_exit_2() -> None:
     finally:
         server.shutdown()
         server.server_close()
-        thread.join(timeout=10)
+        thread.join()
     assert_one_line_error(result, f"{url}/api/traces?service=support-assistant", "cannot read Jaeger's answer")
     assert "IncompleteRead(100 bytes read" in result.stderr
