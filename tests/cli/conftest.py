@@ -52,3 +52,14 @@ def expected_reports() -> list[dict[str, Any]]:
 def fixtures_dir() -> Path:
     """The folder of recorded trace fixtures."""
     return FIXTURES
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    """A usage or input error: exit 2, nothing on stdout, one ``latency-budget`` line holding every fragment."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout == "", "a failed run must not print a partial result"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("latency-budget")
+    for fragment in fragments:
+        assert fragment in lines[0]

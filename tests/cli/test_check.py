@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import statistics
-import subprocess
 import threading
-import urllib.parse
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,7 +14,7 @@ import pytest
 from latency_budget.cli.check import checks_for
 from latency_budget.cli.stats import StageSummary
 
-from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, expected_reports, run_cli
+from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, assert_one_line_error, expected_reports, run_cli
 
 
 def _p(values: list[float], q: int) -> float:
@@ -146,29 +143,19 @@ def test_checks_for_applies_each_budget_kind_once() -> None:
 # -- bad input ---------------------------------------------------------------------------------
 
 
-def _assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stdout == "", "a failed run must not print a partial result"
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("latency-budget")
-    for fragment in fragments:
-        assert fragment in lines[0]
-
-
 def test_truncated_line_names_the_file_and_line(tmp_path: Path) -> None:
     """A JSON line cut short (a collector killed mid-write) is exit 2, naming file and line, and nothing on stdout."""
     lines = OTLP.read_text(encoding="utf-8").splitlines()
     broken = tmp_path / "traces.jsonl"
     broken.write_text("\n".join([lines[0], lines[1][: len(lines[1]) // 2], *lines[2:]]) + "\n", encoding="utf-8")
-    _assert_one_line_error(run_cli("check", broken, "-b", BUDGETS), f"{broken}:2: truncated JSON")
+    assert_one_line_error(run_cli("check", broken, "-b", BUDGETS), f"{broken}:2: truncated JSON")
 
 
 def test_one_bad_file_among_good_ones_prints_no_result(tmp_path: Path) -> None:
     """With several files, a bad one fails the whole command: no partial table."""
     bad = tmp_path / "notes.txt"
     bad.write_text('{"spans": 1}\n', encoding="utf-8")
-    _assert_one_line_error(run_cli("check", OTLP, bad, "-b", BUDGETS), f"{bad}:1: unknown trace format")
+    assert_one_line_error(run_cli("check", OTLP, bad, "-b", BUDGETS), f"{bad}:1: unknown trace format")
 
 
 def test_unreachable_jaeger_names_the_url() -> None:
@@ -178,7 +165,7 @@ def test_unreachable_jaeger_names_the_url() -> None:
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     result = run_cli("check", "--jaeger", url, "--service", "support-assistant", "-b", BUDGETS)
-    _assert_one_line_error(result, url, "cannot reach Jaeger")
+    assert_one_line_error(result, url, "cannot reach Jaeger")
 
 
 @pytest.mark.parametrize(
@@ -199,84 +186,75 @@ def test_unreachable_jaeger_names_the_url() -> None:
 )
 def test_usage_errors_are_one_line_exit_2(args: list[str], fragments: list[str]) -> None:
     """Missing or malformed arguments and unreadable files: one line on stderr, exit 2."""
-    _assert_one_line_error(run_cli(*args), *fragments)
+    assert_one_line_error(run_cli(*args), *fragments)
 
 
 def test_bad_budget_file_is_exit_2_with_its_line(tmp_path: Path) -> None:
     """An invalid budget file is unusable input for check: exit 2 with the loader's file:line message."""
     budgets = tmp_path / "budgets.yaml"
     budgets.write_text("version: 1\nstages:\n  model_call: {budget_ms: fast}\n", encoding="utf-8")
-    _assert_one_line_error(run_cli("check", OTLP, "-b", budgets), f"{budgets}:3: stages.model_call.budget_ms")
+    assert_one_line_error(run_cli("check", OTLP, "-b", budgets), f"{budgets}:3: stages.model_call.budget_ms")
 
 
 def test_no_matching_spans_says_so(tmp_path: Path) -> None:
     """When no span matches any stage of the budget file, check says so and exits 2 instead of passing."""
     budgets = tmp_path / "budgets.yaml"
     budgets.write_text("version: 1\nstages:\n  search: {budget_ms: 10, match: {name: 'elastic *'}}\n", encoding="utf-8")
-    _assert_one_line_error(run_cli("check", OTLP, "-b", budgets), "no span matched a stage", "stages: search")
+    assert_one_line_error(run_cli("check", OTLP, "-b", budgets), "no span matched a stage", "stages: search")
 
 
 def test_file_without_spans_says_so(tmp_path: Path) -> None:
     """A well-formed file with no spans at all is exit 2: there is nothing to judge."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"resourceSpans": []}\n', encoding="utf-8")
-    _assert_one_line_error(run_cli("check", empty, "-b", BUDGETS), f"{empty}: no spans found")
+    assert_one_line_error(run_cli("check", empty, "-b", BUDGETS), f"{empty}: no spans found")
 
 
-# -- live Jaeger ----------------------------------------------------------------------------------
+# -- live Jaeger: failures a real Jaeger cannot be made to produce ---------------------------------
+#
+# The live path against the real Jaeger (query parameters, lookback, limit, its error answers)
+# is tested in tests/e2e/test_check_live_jaeger.py. Here, local stand-ins for the two ways a
+# query service can fail that a real one cannot be made to: never answering, and a body
+# cut short.
 
 
-class _FakeJaeger(BaseHTTPRequestHandler):
-    """Answers /api/traces like Jaeger's query service, from the search fixture."""
+def test_local_server_that_never_answers_times_out_with_one_line() -> None:
+    """A server that accepts the connection and never answers: --timeout ends the wait, exit 2 with the URL."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # the kernel completes the connection; nothing ever reads or answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        result = run_cli("check", "--jaeger", url, "--service", "s", "--timeout", "0.5", "-b", BUDGETS)
+    assert_one_line_error(result, url, "no complete answer from Jaeger within")
 
-    status = 200
-    requests: list[dict[str, list[str]]] = []  # noqa: RUF012 - shared with the test on purpose
+
+class _TruncatingJaeger(BaseHTTPRequestHandler):
+    """Announces the search fixture's length, sends its first 100 bytes, and closes the connection."""
 
     def do_GET(self) -> None:
-        parts = urllib.parse.urlsplit(self.path)
-        type(self).requests.append({"path": [parts.path], **urllib.parse.parse_qs(parts.query)})
-        body = JAEGER_SEARCH.read_bytes() if self.status == 200 else b'{"errors":[{"msg":"storage down"}]}'
-        self.send_response(self.status)
+        body = JAEGER_SEARCH.read_bytes()
+        self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(body[:100])
+        self.close_connection = True
 
     def log_message(self, format: str, *args: object) -> None:
         """Keep test output quiet."""
 
 
-@pytest.fixture
-def fake_jaeger() -> Iterator[tuple[str, type[_FakeJaeger]]]:
-    """A local HTTP server that behaves like Jaeger's query API for one service."""
-    handler = type("Handler", (_FakeJaeger,), {"requests": [], "status": 200})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def test_local_server_whose_body_is_cut_short_is_one_line_exit_2() -> None:
+    """A body shorter than its Content-Length is unusable input: exit 2, the URL and what broke, no traceback."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TruncatingJaeger)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", handler
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = run_cli("check", "--jaeger", url, "--service", "support-assistant", "-b", BUDGETS)
     finally:
         server.shutdown()
         server.server_close()
-
-
-def test_live_jaeger_search_is_judged_like_the_file(fake_jaeger: tuple[str, type[_FakeJaeger]]) -> None:
-    """--jaeger URL --service NAME --lookback 1h queries /api/traces and gives the same checks as the saved file."""
-    url, handler = fake_jaeger
-    live = run_cli("check", "--jaeger", url, "--service", "support-assistant", "--lookback", "1h", "-b", BUDGETS)
-    saved = run_cli("check", JAEGER_SEARCH, "-b", BUDGETS)
-    assert live.returncode == saved.returncode == 1
-    assert live.stdout.split("\n", 1)[1] == saved.stdout.split("\n", 1)[1]
-    assert f"from {url} (service support-assistant, last 1h)" in live.stdout.splitlines()[0]
-    (query,) = handler.requests
-    assert query["path"] == ["/api/traces"]
-    assert query["service"] == ["support-assistant"]
-    assert int(query["end"][0]) - int(query["start"][0]) == 3600 * 1_000_000
-
-
-def test_jaeger_error_status_names_the_url(fake_jaeger: tuple[str, type[_FakeJaeger]]) -> None:
-    """An HTTP error from Jaeger is exit 2, with the URL and the status in the one line."""
-    url, handler = fake_jaeger
-    handler.status = 503
-    result = run_cli("check", "--jaeger", url, "--service", "support-assistant", "-b", BUDGETS)
-    _assert_one_line_error(result, f"{url}/api/traces?service=support-assistant", "HTTP 503", "storage down")
+        thread.join()
+    assert_one_line_error(result, f"{url}/api/traces?service=support-assistant", "Jaeger closed the connection in the middle of its answer")
+    assert "after 100 bytes" in result.stderr

@@ -2,16 +2,23 @@
 
 The application is set up with ``latency_budget.export.configure()`` (traces, violation
 logs and metrics over OTLP/gRPC, exported on the SDK's background threads) and a short
-``OTEL_EXPORTER_OTLP_TIMEOUT``. The collector is stopped while requests keep coming, and
-started again.
+``OTEL_EXPORTER_OTLP_TIMEOUT``; the span exporter is the real OTLP one, wrapped to note how
+many requests had completed as each export began and ended. The collector is stopped while
+requests keep coming, and started again. What is checked is ordering and counts, never a
+duration: requests complete while a failing export is in flight, and every request
+arrives once the collector is back.
 """
 
 from __future__ import annotations
 
-import logging
+import threading
 import time
+from collections.abc import Sequence
 
 import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import latency_budget.export
 
@@ -22,11 +29,38 @@ from .signals import LogRecord, collector_log_records, prometheus_samples, total
 pytestmark = pytest.mark.e2e
 
 EXPORT_TIMEOUT_S = 2  # OTEL_EXPORTER_OTLP_TIMEOUT, in seconds for the Python exporters
-# A request whose spans took this long to start and end would have waited for an export.
-BLOCKED_S = EXPORT_TIMEOUT_S / 4
+REQUESTS_DURING = 40  # requests served while the collector is down
 DELIVERY_TIMEOUT_S = 60.0
-OUTAGE_TIMEOUT_S = 30.0
-EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.grpc.exporter"
+# Only a guard against a hang: the exporter reports the outage after EXPORT_TIMEOUT_S, and
+# this is loose enough for a loaded 2-core machine. No assertion depends on a duration.
+OUTAGE_TIMEOUT_S = 120.0
+
+
+class _ObservedExporter(SpanExporter):
+    """The real OTLP/gRPC span exporter, noting how many requests had completed as each export began and ended."""
+
+    def __init__(self, inner: SpanExporter, completed: Sequence[object]) -> None:
+        self._inner = inner
+        self._completed = completed
+        self._lock = threading.Lock()
+        self.exports: list[tuple[int, int, SpanExportResult]] = []  # (completed at start, at end, result)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        begun = len(self._completed)
+        result = self._inner.export(spans)
+        with self._lock:
+            self.exports.append((begun, len(self._completed), result))
+        return result
+
+    def failed(self) -> list[tuple[int, int, SpanExportResult]]:
+        with self._lock:
+            return [e for e in self.exports if e[2] is not SpanExportResult.SUCCESS]
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
 
 
 def test_requests_go_on_unblocked_while_the_collector_is_down_and_arrive_after_it_is_back(
@@ -34,50 +68,43 @@ def test_requests_go_on_unblocked_while_the_collector_is_down_and_arrive_after_i
     jaeger: JaegerService,
     service_name: str,
     monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Spans start and end without waiting and without errors during an outage; traces flow again after restart."""
+    """Requests complete while a failing export is in flight, with no error; traces flow again after restart."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", str(EXPORT_TIMEOUT_S))
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # ms: export soon, so exports run into the outage
     monkeypatch.setenv("OTEL_BLRP_SCHEDULE_DELAY", "100")
-    caplog.set_level(logging.WARNING, logger=EXPORTER_LOGGER)
+    emitted: list[EmittedRequest] = []
+    exporter = _ObservedExporter(
+        OTLPSpanExporter(endpoint=private_collector.otlp_grpc_endpoint, insecure=True), emitted
+    )
     telemetry = latency_budget.export.configure(
         BUDGETS,
         service_name=service_name,
         endpoint=private_collector.otlp_grpc_endpoint,
         set_global=False,
         metric_interval_s=0.5,
+        span_exporter=exporter,
     )
     tracer = telemetry.tracer_provider.get_tracer("e2e.support-assistant")
-    emitted: list[EmittedRequest] = []
-    durations: list[float] = []
 
     def request(model_ms: int) -> EmittedRequest:
-        started = time.perf_counter()
-        sent = emit_request(tracer, model_ms=model_ms)
-        durations.append(time.perf_counter() - started)
+        sent = emit_request(tracer, model_ms=model_ms)  # raises if a hook raised into the application
         emitted.append(sent)
         return sent
-
-    def export_failed() -> bool:
-        return any(r.name == EXPORTER_LOGGER and "traces" in r.getMessage() for r in caplog.records)
 
     try:
         before = request(WITHIN_MODEL_MS)
         _wait_for_trace(jaeger, before.trace_id)
 
         private_collector.stop()
+        first_during = len(emitted)
         deadline = time.monotonic() + OUTAGE_TIMEOUT_S
-        # Keep serving requests until the span exporter has run into the outage, then for
-        # as long as one export may wait: each request alternates over and within budget.
-        while not export_failed():
-            assert time.monotonic() < deadline, "the span exporter never reported the outage"
+        # Keep serving requests (alternately over and within budget) until an export that ran
+        # into the outage has given up, and REQUESTS_DURING requests have been served.
+        while not exporter.failed() or len(emitted) - first_during < REQUESTS_DURING:
+            assert time.monotonic() < deadline, "the span exporter never gave up on the stopped collector"
             request(OVER_MODEL_MS if len(emitted) % 2 else WITHIN_MODEL_MS)
-        failed_at = time.monotonic()
-        while time.monotonic() < failed_at + EXPORT_TIMEOUT_S:
-            request(OVER_MODEL_MS if len(emitted) % 2 else WITHIN_MODEL_MS)
-        during = len(durations) - 1
-        slowest_during = max(durations[1:])
+        failed_exports = exporter.failed()
 
         private_collector.start()
         after = request(OVER_MODEL_MS)
@@ -96,8 +123,9 @@ def test_requests_go_on_unblocked_while_the_collector_is_down_and_arrive_after_i
     finally:
         telemetry.shutdown()
 
-    assert during >= 40
-    assert slowest_during < BLOCKED_S, f"a request took {slowest_during:.3f}s to trace while the collector was down"
+    # Ordering, not timing: had the application waited for exports, no request could have
+    # completed between a failing export's start and its end.
+    assert max(end - begun for begun, end, _ in failed_exports) >= 1, failed_exports
     assert {r.attributes["latency_budget.stage"] for r in records} == {"model_call", "total"}
     assert counted == len(emitted)
 

@@ -240,12 +240,10 @@ def test_two_requests_sharing_a_thread_pool_are_attributed_to_their_own_root() -
                 future.result()
         root.end(end_time=at(end))
 
-    with pool:
-        threads = [threading.Thread(target=request, args=(name,)) for name in plans]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(WAIT_S)
+    with pool, ThreadPoolExecutor(max_workers=len(plans)) as requests:
+        # result() re-raises what a request thread raised, and fails if one never finished.
+        for running in [requests.submit(request, name) for name in plans]:
+            running.result(timeout=WAIT_S)
     for name, actual, busy in (("A", 140.0, 220.0), ("B", 150.0, 170.0)):
         root = p.span(f"request {name}")
         assert children_of(p, root) == {f"tool {name}0", f"tool {name}1"}
