@@ -28,7 +28,7 @@ from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
 from latency_budget._config.reload import reload_interval, watch_budgets
-from latency_budget._core.annotate import hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -325,10 +325,9 @@ class LatencyBudgetProcessor(SpanProcessor):
             root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
-            events.extend(
-                Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations
-            )
-            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
+            at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
+            events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
+            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
         return annotated_copy(root, root_extra, events), report
 
     def _reset_after_fork(self) -> None:

@@ -514,7 +514,7 @@ def test_every_ms_attribute_is_a_float() -> None:
 
 
 def test_events_carry_the_root_end_time() -> None:
-    """Every event the package adds to the root is stamped with the root's end time."""
+    """Every event the package adds to a root whose times are whole microseconds is stamped at its end."""
     _, root = everything_over_budget()
     added = [e for e in root.events if e.name.startswith("latency_budget.")]
     assert len(added) >= 4

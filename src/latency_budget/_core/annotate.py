@@ -6,7 +6,7 @@ from latency_budget import _attributes as attr
 from latency_budget._core.hints import Hint
 from latency_budget._core.report import TraceReport, Violation
 
-__all__ = ["hint_attributes", "root_attributes", "violation_attributes"]
+__all__ = ["event_time_ns", "hint_attributes", "root_attributes", "violation_attributes"]
 
 AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 
@@ -93,3 +93,19 @@ def violation_attributes(violation: Violation) -> AttributeMap:
         if violation.over_ms is not None:
             out[attr.OVER_MS] = float(violation.over_ms)
     return out
+
+
+def event_time_ns(start_ns: int, end_ns: int) -> int:
+    """When to stamp the root's events: at its end, as every backend stores the span.
+
+    Jaeger keeps whole microseconds and truncates the start and the duration apart, so a
+    span from ``start_ns`` to ``end_ns`` ends there at ``start_us + duration_us``, up to
+    2 us before ``end_ns``; an event stamped at ``end_ns`` can then fall after the span,
+    and Jaeger's UI hides it. This instant is that truncated end, in ns: a whole
+    microsecond, so any backend that truncates or rounds to microseconds (the start and
+    the duration, or the start and the end) keeps it inside the span, and it never lies
+    outside ``[start_ns, end_ns]``. A span shorter than 1 us gets its events at its start.
+    """
+    # Never after end_ns: it is end_ns less the sub-microsecond parts of start and duration.
+    jaeger_end = (start_ns // 1000 + (end_ns - start_ns) // 1000) * 1000
+    return jaeger_end if jaeger_end >= start_ns else start_ns
