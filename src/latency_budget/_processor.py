@@ -345,7 +345,7 @@ def _span_attributes(
     end: int,
     attributes: Mapping[str, Any],
 ) -> dict[str, AttributeValue]:
-    """What an ended stage span gains: its label when matched late, the verdict when over its own budget."""
+    """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
     budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
     # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
@@ -356,9 +356,9 @@ def _span_attributes(
     ):
         extra[attr.STAGE] = budget.name
         if budget.budget_ms is not None:
-            extra[attr.BUDGET_MS] = float(budget.budget_ms)
+            extra[attr.STAGE_BUDGET_MS] = float(budget.budget_ms)
     own_ms = (end - start) / 1e6
     if budget.budget_ms is not None and own_ms > budget.budget_ms:
         extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-        extra[attr.ACTUAL_MS] = own_ms
+        extra[attr.ACTUAL_MS] = round(own_ms, 3)
     return extra

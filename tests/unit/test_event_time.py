@@ -68,7 +68,7 @@ def test_the_stamp_is_inside_the_span_in_every_microsecond_view(start: int, dura
 
 @given(starts, durations)
 def test_the_stamp_is_the_end_jaeger_shows(start: int, duration: int) -> None:
-    """From 1 us on, the stamp is exactly the end Jaeger shows (start_us + duration_us), less than 2 us before the true end."""
+    """From 1 us on, the stamp is the end Jaeger shows (start_us + duration_us), less than 2 us before the end."""
     end = start + duration
     stamp = event_time_ns(start, end)
     if duration >= US:
