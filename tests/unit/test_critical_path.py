@@ -131,6 +131,18 @@ def test_a_long_sequential_run_names_its_first_five_calls_and_counts_all() -> No
     assert hint[attr.HINT_SPAN_IDS] == " ".join(hex_id(p.span(name)) for name in first_five)
 
 
+def test_a_hint_cuts_long_span_names_to_a_bounded_length() -> None:
+    """A span name of 500 characters appears in a hint as its first 119 characters and an ellipsis."""
+    p = pipeline()
+    root = p.start("request", 0)
+    long_name = "tool " + "x" * 495
+    p.run(long_name, 0, 100, parent=root, attributes=op("execute_tool"))
+    p.run("tool b", 100, 200, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(200))
+    (hint,) = hints_of(p.span("request"))
+    assert hint[attr.HINT_SPAN_NAMES] == (long_name[:119] + "\u2026", "tool b")
+
+
 def test_replayed_spans_give_hints_that_name_their_spans() -> None:
     """Judging recorded spans (the CLI's path) names a hint's spans as the live processor does."""
     config = load_budgets(text=TECHCORP_YAML)
