@@ -130,7 +130,7 @@ def test_stage_spans_carry_the_stage_budget_under_its_own_name() -> None:
 
 
 def test_violation_event_attributes_put_how_much_first() -> None:
-    """A violation event lists stage, kind, over_ms, actual_ms, budget_ms, severity, in that order."""
+    """A violation event lists stage, kind, over_ms, actual_ms, budget_ms, severity, in that order (in OTLP)."""
     p = pipeline(BUDGETS)
     root = p.start("request", 0)
     p.run("chat", 0, 600, parent=root, attributes=op("chat"))
