@@ -285,7 +285,7 @@ def check_trace(p: Pipeline, built: Built, expected: Expected) -> None:
     assert attrs[attr.OVER_BUDGET_STAGES] == expected.over_budget_stages
     assert attrs.get(attr.WARN_STAGES, ()) == expected.warn_stages
     assert attrs[attr.VIOLATED] is expected.violated
-    assert str(attrs[attr.VERDICT]).startswith("OVER BUDGET: " if expected.violated else "within budget: ")
+    assert str(attrs[attr.VERDICT]).startswith("OVER BUDGET: " if expected.violated else "within budget")
     events = [e for e in root.events if e.name == attr.VIOLATION_EVENT]
     found = [(e.attributes[attr.STAGE], e.attributes[attr.KIND], e.attributes[attr.SEVERITY]) for e in events]
     assert found == expected.violations
