@@ -360,5 +360,5 @@ def _span_attributes(
     own_ms = (end - start) / 1e6
     if budget.budget_ms is not None and own_ms > budget.budget_ms:
         extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-        extra[attr.ACTUAL_MS] = round(own_ms * 1000.0) / 1000.0  # to the microsecond
+        extra[attr.ACTUAL_MS] = (own_ms * 1000.0 + 0.5) // 1.0 / 1000.0  # to the microsecond
     return extra

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from latency_budget import _attributes as attr
+from latency_budget._core.annotate import hint_attributes
+from latency_budget._core.hints import Hint
 
 from .helpers import at, op, pipeline
 
@@ -144,3 +149,13 @@ def test_violation_event_attributes_put_how_much_first() -> None:
         attr.BUDGET_MS,
         attr.SEVERITY,
     ]
+
+
+@given(st.floats(min_value=0, max_value=1e9, allow_nan=False))
+def test_rounding_to_the_microsecond_is_within_half_a_microsecond_and_prints_three_decimals(ms: float) -> None:
+    """A rounded ms value lies within 0.5 us (plus float error) of the exact one and prints with at most 3 decimals."""
+    written = hint_attributes(Hint("iterations", "model_call", 2, ms))[attr.HINT_SAVINGS_MS]
+    assert isinstance(written, float)
+    assert abs(written - ms) <= 0.0005 + 1e-9 * max(1.0, ms)
+    decimals = repr(written).split(".")[1] if "e" not in repr(written) else "0"
+    assert len(decimals) <= 3
