@@ -118,7 +118,8 @@ class TraceState:
         attributes match. A stage span's time to first token is read from its attributes,
         or from ``read_events(source)``, called only when an event source is reached.
         Past ``max_spans`` (the root always fits: it ends last), a stage span goes to
-        exact counters, under ``lock`` when threads share the state.
+        exact counters, under ``lock`` when threads share the state. A recorded stage
+        span's name is kept, so that hints can name it.
         """
         config = self.config
         named = attributes.get(STAGE)
