@@ -1,7 +1,7 @@
-"""The attribute and event names this package writes: a public contract.
+"""The attribute and event names this package writes: a public, versioned contract.
 
 Dashboards, Jaeger searches and alerts are built on these names, so they change only
-with a major version.
+with a new :data:`CONTRACT_VERSION`, and the README says what changed.
 """
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ __all__ = [
     "ACTUAL_MS",
     "BUDGET_MS",
     "CALLS",
+    "CONTRACT_VERSION",
     "CRITICAL_STAGE",
-    "FIRST_TOKEN_MS",
     "HINT_EVENT",
     "HINT_KIND",
     "HINT_SAVINGS_MS",
     "HINT_SPAN_COUNT",
+    "HINT_SPAN_IDS",
+    "HINT_SPAN_NAMES",
     "KIND",
     "MAX_CALLS",
     "OVER_BUDGET_STAGES",
@@ -23,10 +25,14 @@ __all__ = [
     "PROFILE",
     "SEVERITY",
     "STAGE",
+    "STAGE_BUDGET_MS",
+    "TOTAL",
     "TOTAL_ACTUAL_MS",
     "TOTAL_BUDGET_MS",
+    "TOTAL_FIRST_TOKEN_MS",
     "TRUNCATED",
     "UNATTRIBUTED_MS",
+    "VERDICT",
     "VIOLATED",
     "VIOLATION_EVENT",
     "WARNED",
@@ -35,22 +41,34 @@ __all__ = [
     "stage_key",
 ]
 
-PREFIX = "latency_budget."
+# 1: the first release. 2: the verdict first (VERDICT), request-level names under
+# "total." (TOTAL_FIRST_TOKEN_MS), the stage budget on stage spans as STAGE_BUDGET_MS,
+# a stage's worst time to first token as stages.<stage>.worst_first_token_ms, "total"
+# in OVER_BUDGET_STAGES / WARN_STAGES, hints that name their spans, values in ms rounded
+# to microseconds, events stamped where Jaeger shows them.
+CONTRACT_VERSION = 2
 
-# On every stage span (set at start) and on violation events.
+PREFIX = "latency_budget."
+TOTAL = "total"  # the "stage" of the request-level budgets (total_ms, first_token_ms)
+
+# On every stage span, set when it starts: its stage, and the stage's budget for the
+# whole request (all of the stage's spans in the trace together, as a wall-clock union).
 STAGE = "latency_budget.stage"
-BUDGET_MS = "latency_budget.budget_ms"
+STAGE_BUDGET_MS = "latency_budget.stage_budget_ms"
+# On a violation event, the stage's (or the request's) actual; on a stage span that alone
+# is over its stage's budget, next to VIOLATED (or WARNED), that span's own duration.
 ACTUAL_MS = "latency_budget.actual_ms"
 
-# On the local root (and, for VIOLATED/WARNED, on a stage span over its own budget).
+# On the local root (and, for VIOLATED/WARNED, on a stage span over its stage's budget).
+VERDICT = "latency_budget.verdict"  # one line for people: "OVER BUDGET: model_call +475.758 ms (...)"
 VIOLATED = "latency_budget.violated"
 WARNED = "latency_budget.warned"
 OVER_BUDGET_STAGES = "latency_budget.over_budget_stages"
 WARN_STAGES = "latency_budget.warn_stages"
 TOTAL_BUDGET_MS = "latency_budget.total.budget_ms"
 TOTAL_ACTUAL_MS = "latency_budget.total.actual_ms"
+TOTAL_FIRST_TOKEN_MS = "latency_budget.total.first_token_ms"  # the request's: root start -> first token
 PROFILE = "latency_budget.profile"
-FIRST_TOKEN_MS = "latency_budget.first_token_ms"
 TRUNCATED = "latency_budget.truncated"
 UNATTRIBUTED_MS = "latency_budget.unattributed_ms"
 CRITICAL_STAGE = "latency_budget.critical_stage"
@@ -60,11 +78,14 @@ HINT_EVENT = "latency_budget.hint"
 HINT_KIND = "latency_budget.hint.kind"
 HINT_SPAN_COUNT = "latency_budget.hint.span_count"
 HINT_SAVINGS_MS = "latency_budget.hint.potential_savings_ms"
+HINT_SPAN_NAMES = "latency_budget.hint.span_names"  # at most 5 names, in start order
+HINT_SPAN_IDS = "latency_budget.hint.span_ids"  # the same spans' ids, hex, separated by spaces
 
 # The span event (and log record) for each violation.
 VIOLATION_EVENT = "latency_budget.violation"
 KIND = "latency_budget.kind"
 SEVERITY = "latency_budget.severity"
+BUDGET_MS = "latency_budget.budget_ms"  # the budget that was broken
 OVER_MS = "latency_budget.over_ms"
 MAX_CALLS = "latency_budget.max_calls"
 CALLS = "latency_budget.calls"

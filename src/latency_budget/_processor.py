@@ -28,7 +28,7 @@ from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
 from latency_budget._config.reload import reload_interval, watch_budgets
-from latency_budget._core.annotate import hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -325,10 +325,9 @@ class LatencyBudgetProcessor(SpanProcessor):
             root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
-            events.extend(
-                Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=end) for v in report.violations
-            )
-            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=end) for h in report.hints)
+            at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
+            events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
+            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
         return annotated_copy(root, root_extra, events), report
 
     def _reset_after_fork(self) -> None:
@@ -346,7 +345,7 @@ def _span_attributes(
     end: int,
     attributes: Mapping[str, Any],
 ) -> dict[str, AttributeValue]:
-    """What an ended stage span gains: its label when matched late, the verdict when over its own budget."""
+    """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
     budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
     # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
@@ -357,9 +356,9 @@ def _span_attributes(
     ):
         extra[attr.STAGE] = budget.name
         if budget.budget_ms is not None:
-            extra[attr.BUDGET_MS] = float(budget.budget_ms)
+            extra[attr.STAGE_BUDGET_MS] = float(budget.budget_ms)
     own_ms = (end - start) / 1e6
     if budget.budget_ms is not None and own_ms > budget.budget_ms:
         extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-        extra[attr.ACTUAL_MS] = own_ms
+        extra[attr.ACTUAL_MS] = (own_ms * 1000.0 + 0.5) // 1.0 / 1000.0  # to the microsecond
     return extra

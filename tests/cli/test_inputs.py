@@ -83,6 +83,7 @@ def test_jaeger_tags_become_kind_scope_and_typed_attributes() -> None:
     root = next(s for s in spans if s.parent_id is None)
     assert root.kind is SpanKind.SERVER
     assert root.attributes["latency_budget.violated"] is True
+    assert str(root.attributes["latency_budget.verdict"]).startswith("OVER BUDGET: ")  # captured under contract v2
 
 
 def _spans_through_sdk() -> list[Any]:

@@ -30,6 +30,7 @@ from typing import IO, Any, TypeVar
 REPO_DIR = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG = REPO_DIR / "collector-config.yaml"
 JAEGER_CONFIG = REPO_DIR / "jaeger-config.yaml"
+JAEGER_UI_CONFIG = REPO_DIR / "jaeger-ui.json"
 OTELCOL_BINARY_NAME = "otelcol-latency-budget"
 JAEGER_BINARY_NAME = "jaeger"
 LOOPBACK = "127.0.0.1"
@@ -285,6 +286,7 @@ def start_jaeger(tools: Tools, work_dir: Path) -> JaegerService:
         "JAEGER_HEALTH_CHECK_ENDPOINT": f"{LOOPBACK}:{health}",
         "JAEGER_TELEMETRY_METRICS_HOST": LOOPBACK,
         "JAEGER_TELEMETRY_METRICS_PORT": str(metrics),
+        "JAEGER_UI_CONFIG_FILE": str(JAEGER_UI_CONFIG),
     }
     process = ManagedProcess(
         name="jaeger",

@@ -9,9 +9,11 @@ from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 
 from latency_budget import _attributes as attr
+from latency_budget import load_budgets
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
+from latency_budget._replay import SpanRecord, evaluate_spans
 
-from .helpers import at, op, pipeline
+from .helpers import TECHCORP_YAML, at, op, pipeline
 
 HINT_YAML = """
 version: 1
@@ -28,6 +30,12 @@ def hints_of(span: ReadableSpan) -> list[dict[str, object]]:
 
 def root_attrs(span: ReadableSpan) -> dict[str, object]:
     return dict(span.attributes or {})
+
+
+def hex_id(span: ReadableSpan) -> str:
+    """The span id as Jaeger shows it: 16 hex digits."""
+    assert span.context is not None
+    return f"{span.context.span_id:016x}"
 
 
 def test_back_to_back_stages_each_own_their_time_unlike_jaeger() -> None:
@@ -103,8 +111,54 @@ def test_sequential_tools_get_a_hint_with_sum_minus_max_savings() -> None:
             attr.STAGE: "tool_calls",
             attr.HINT_SPAN_COUNT: 3,
             attr.HINT_SAVINGS_MS: 100.0 + 150.0 + 40.0 - 150.0,
+            attr.HINT_SPAN_NAMES: ("tool a", "tool b", "tool c"),
+            attr.HINT_SPAN_IDS: " ".join(hex_id(p.span(name)) for name in ("tool a", "tool b", "tool c")),
         }
     ]
+
+
+def test_a_long_sequential_run_names_its_first_five_calls_and_counts_all() -> None:
+    """Eight back-to-back tool calls: the hint names the first five, in start order, and counts eight."""
+    p = pipeline()
+    root = p.start("request", 0)
+    for n in range(8):
+        p.run(f"tool {n}", 10 * n, 10 * n + 10, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(80))
+    (hint,) = hints_of(p.span("request"))
+    first_five = [f"tool {n}" for n in range(5)]
+    assert hint[attr.HINT_SPAN_COUNT] == 8
+    assert hint[attr.HINT_SPAN_NAMES] == tuple(first_five)
+    assert hint[attr.HINT_SPAN_IDS] == " ".join(hex_id(p.span(name)) for name in first_five)
+
+
+def test_a_hint_cuts_long_span_names_to_a_bounded_length() -> None:
+    """A span name of 500 characters appears in a hint as its first 119 characters and an ellipsis."""
+    p = pipeline()
+    root = p.start("request", 0)
+    long_name = "tool " + "x" * 495
+    p.run(long_name, 0, 100, parent=root, attributes=op("execute_tool"))
+    p.run("tool b", 100, 200, parent=root, attributes=op("execute_tool"))
+    root.end(end_time=at(200))
+    (hint,) = hints_of(p.span("request"))
+    assert hint[attr.HINT_SPAN_NAMES] == (long_name[:119] + "\u2026", "tool b")
+
+
+def test_replayed_spans_give_hints_that_name_their_spans() -> None:
+    """Judging recorded spans (the CLI's path) names a hint's spans as the live processor does."""
+    config = load_budgets(text=TECHCORP_YAML)
+    root = SpanRecord(1, 10, None, "request", at(0), at(300))
+    tools = [
+        SpanRecord(1, 11 + n, 10, f"tool {n}", at(100 * n), at(100 * n + 100), attributes=op("execute_tool"))
+        for n in range(3)
+    ]
+    (report,) = evaluate_spans(config, [root, *tools])
+    (hint,) = report.hints
+    assert (hint.kind, hint.span_count, hint.span_ids, hint.span_names) == (
+        "sequential_calls",
+        3,
+        (11, 12, 13),
+        ("tool 0", "tool 1", "tool 2"),
+    )
 
 
 def test_model_call_between_tools_breaks_the_sequential_run() -> None:
@@ -147,7 +201,14 @@ def test_iterations_hint_counts_the_calls_beyond_max_calls() -> None:
     root.end(end_time=at(420))
     exported = p.span("agent")
     assert hints_of(exported) == [
-        {attr.HINT_KIND: "iterations", attr.STAGE: "model_call", attr.HINT_SPAN_COUNT: 4, attr.HINT_SAVINGS_MS: 170.0}
+        {
+            attr.HINT_KIND: "iterations",
+            attr.STAGE: "model_call",
+            attr.HINT_SPAN_COUNT: 4,
+            attr.HINT_SAVINGS_MS: 170.0,
+            attr.HINT_SPAN_NAMES: ("chat 2", "chat 3"),  # the calls beyond max_calls
+            attr.HINT_SPAN_IDS: f"{hex_id(p.span('chat 2'))} {hex_id(p.span('chat 3'))}",
+        }
     ]
     assert root_attrs(exported)[attr.stage_key("model_call", "count")] == 4
 

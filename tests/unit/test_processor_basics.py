@@ -18,7 +18,7 @@ def test_techcorp_table_as_spans() -> None:
 
     exported = p.span("request")
     assert exported.attributes is not None
-    assert exported.attributes[attr.OVER_BUDGET_STAGES] == ("model_call",)
+    assert exported.attributes[attr.OVER_BUDGET_STAGES] == ("model_call", "total")
     assert exported.attributes[attr.VIOLATED] is True
     assert exported.attributes[attr.TOTAL_BUDGET_MS] == 1100.0
     assert exported.attributes[attr.TOTAL_ACTUAL_MS] == 1445.2

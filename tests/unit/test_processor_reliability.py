@@ -113,7 +113,7 @@ def span_ids(*spans: trace.Span) -> Counter[int]:
 
 def budget_keys(span: ReadableSpan) -> set[str]:
     """The attributes this package adds at a span's end (``stage``/``budget_ms`` are set at start)."""
-    return {k for k in span.attributes or {} if k.startswith("latency_budget.")} - {attr.STAGE, attr.BUDGET_MS}
+    return {k for k in span.attributes or {} if k.startswith("latency_budget.")} - {attr.STAGE, attr.STAGE_BUDGET_MS}
 
 
 def hand_built(
@@ -189,8 +189,8 @@ def test_huge_first_token_values_are_ignored() -> None:
     exported_root = p.span("request")
     assert exported_root.attributes is not None
     assert exported_root.attributes[attr.stage_key("model_call", "count")] == 1
-    assert attr.stage_key("model_call", "first_token_ms") not in exported_root.attributes
-    assert attr.FIRST_TOKEN_MS not in exported_root.attributes
+    assert attr.stage_key("model_call", "worst_first_token_ms") not in exported_root.attributes
+    assert attr.TOTAL_FIRST_TOKEN_MS not in exported_root.attributes
 
 
 def test_missing_timestamps_count_as_zero_length() -> None:
@@ -727,5 +727,5 @@ def test_truncated_trace_keeps_first_token_of_spans_past_the_limit() -> None:
     assert exported_root.attributes is not None
     assert exported_root.attributes[attr.TRUNCATED] is True
     assert exported_root.attributes[attr.stage_key("model_call", "count")] == 3
-    assert exported_root.attributes[attr.stage_key("model_call", "first_token_ms")] == 500.0
-    assert exported_root.attributes[attr.FIRST_TOKEN_MS] == 60.0
+    assert exported_root.attributes[attr.stage_key("model_call", "worst_first_token_ms")] == 500.0
+    assert exported_root.attributes[attr.TOTAL_FIRST_TOKEN_MS] == 60.0

@@ -28,7 +28,7 @@ version: 1
 stages:
   retrieval: {budget_ms: 100, match: {name: "retrieve"}}
 """
-LABEL: dict[str, AttributeValue] = {attr.STAGE: "retrieval", attr.BUDGET_MS: 100.0}
+LABEL: dict[str, AttributeValue] = {attr.STAGE: "retrieval", attr.STAGE_BUDGET_MS: 100.0}
 
 
 def export_pair(limits: SpanLimits, attributes: Mapping[str, AttributeValue]) -> tuple[ReadableSpan, ReadableSpan]:
@@ -85,7 +85,7 @@ def test_label_is_visible_on_the_live_span() -> None:
     tracer = provider.get_tracer("tests")
     with tracer.start_as_current_span("request"), tracer.start_as_current_span("chat", attributes=op("chat")) as chat:
         assert isinstance(chat, ReadableSpan)
-        assert dict(chat.attributes or {}) == {**op("chat"), attr.STAGE: "model_call", attr.BUDGET_MS: 800.0}
+        assert dict(chat.attributes or {}) == {**op("chat"), attr.STAGE: "model_call", attr.STAGE_BUDGET_MS: 800.0}
 
 
 def test_copies_of_copies_keep_the_dropped_counts() -> None:
@@ -120,4 +120,4 @@ def test_span_whose_label_its_limits_dropped_is_still_counted() -> None:
     assert attr.STAGE not in (spans["retrieve"].attributes or {})
     root_attributes = spans["request"].attributes or {}
     assert root_attributes[attr.stage_key("retrieval", "count")] == 1
-    assert root_attributes[attr.OVER_BUDGET_STAGES] == ("retrieval",)
+    assert root_attributes[attr.OVER_BUDGET_STAGES] == ("retrieval", "total")

@@ -65,7 +65,7 @@ class StageBudget:
     def __post_init__(self) -> None:
         label: dict[str, str | float] = {attr.STAGE: self.name}
         if self.budget_ms is not None:
-            label[attr.BUDGET_MS] = float(self.budget_ms)
+            label[attr.STAGE_BUDGET_MS] = float(self.budget_ms)
         object.__setattr__(self, "label", MappingProxyType(label))
 
     @property

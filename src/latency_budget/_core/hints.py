@@ -11,35 +11,51 @@ limit (in start order) are the time an agent that planned better would not spend
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from latency_budget._config.model import BudgetSet
 from latency_budget._core.critical_path import RecordedSpan
 
-__all__ = ["Hint", "HintKind", "find_hints"]
+__all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 
 HintKind = Literal["sequential_calls", "iterations"]
+
+# A hint names at most this many of its spans (the first, in start order): enough to find
+# them on a timeline, and a bounded attribute whatever the trace holds.
+NAMED_SPANS = 5
 
 
 @dataclass(slots=True)
 class Hint:
-    """One opportunity to make the request faster."""
+    """One opportunity to make the request faster.
+
+    ``span_ids`` and ``span_names`` are the first :data:`NAMED_SPANS` spans it is about,
+    in start order: the calls of a sequential run, or the calls beyond ``max_calls``. A
+    name is ``""`` when the caller did not record it.
+    """
 
     kind: HintKind
     stage: str
     span_count: int
     potential_savings_ms: float
+    span_ids: tuple[int, ...] = ()
+    span_names: tuple[str, ...] = ()
 
 
 def find_hints(
-    budgets: BudgetSet, root_id: int, spans: Sequence[RecordedSpan], counts: Sequence[int] | None = None
+    budgets: BudgetSet,
+    root_id: int,
+    spans: Sequence[RecordedSpan],
+    counts: Sequence[int] | None = None,
+    names: Mapping[int, str] | None = None,
 ) -> tuple[Hint, ...]:
     """Hints for one trace, sequential-call hints first, then iterations, in stage order.
 
     ``counts`` (spans per stage index, when the caller already has them) lets a trace
-    with nothing to hint skip the work: most traces have no repeated stage.
+    with nothing to hint skip the work: most traces have no repeated stage. ``names``
+    (span id -> span name, for stage spans) names the spans of each hint.
     """
     stages = budgets.stages
     if counts is None:
@@ -57,6 +73,7 @@ def find_hints(
     if not parallelizable and not over_calls:
         return ()
     hints: list[Hint] = []
+    known = names if names is not None else {}
     if parallelizable:
         by_parent: dict[int, list[RecordedSpan]] = {}
         for span in spans:
@@ -64,19 +81,28 @@ def find_hints(
                 by_parent.setdefault(span[1], []).append(span)
         for siblings in by_parent.values():
             if len(siblings) >= 2:
-                hints.extend(_sequential_runs(budgets, siblings, parallelizable))
+                hints.extend(_sequential_runs(budgets, siblings, parallelizable, known))
     for index in over_calls:
         stage = stages[index]
         limit = stage.max_calls or 0
         calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3], s[0]))
         if len(calls) > limit:
             extra = sum(max(0, end - start) for _, _, start, end, _ in calls[limit:])
-            hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6))
+            ids, span_names = _named(calls[limit:], known)
+            hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6, ids, span_names))
     hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
     return tuple(hints)
 
 
-def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], parallelizable: set[int]) -> list[Hint]:
+def _named(spans: Sequence[RecordedSpan], names: Mapping[int, str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The ids and names of the first NAMED_SPANS of ``spans`` (already in start order)."""
+    ids = tuple(span[0] for span in spans[:NAMED_SPANS])
+    return ids, tuple(names.get(span_id, "") for span_id in ids)
+
+
+def _sequential_runs(
+    budgets: BudgetSet, siblings: list[RecordedSpan], parallelizable: set[int], names: Mapping[int, str]
+) -> list[Hint]:
     """Runs of back-to-back, non-overlapping same-stage siblings (stage siblings only)."""
     found: list[Hint] = []
     siblings.sort(key=lambda s: (s[2], s[3], s[0]))
@@ -88,7 +114,9 @@ def _sequential_runs(budgets: BudgetSet, siblings: list[RecordedSpan], paralleli
             durations = [max(0, end - start) for _, _, start, end, _ in run]
             savings = sum(durations) - max(durations)
             if savings > 0:
-                found.append(Hint("sequential_calls", budgets.stages[run[0][4]].name, len(run), savings / 1e6))
+                ids, span_names = _named(run, names)
+                name = budgets.stages[run[0][4]].name
+                found.append(Hint("sequential_calls", name, len(run), savings / 1e6, ids, span_names))
 
     for span in siblings:
         stage = span[4]

@@ -57,6 +57,7 @@ class TraceState:
         "finished",
         "first_tokens",
         "last_seen",
+        "names",
         "overflow",
         "overflow_first_token_at",
         "owned",
@@ -83,6 +84,8 @@ class TraceState:
         self.owned: list[int] = []
         # Ended spans, in the order they ended, up to max_spans: appended without a lock.
         self.spans: list[RecordedSpan] = []
+        # The names of the recorded stage spans, by span id, so that hints can name them.
+        self.names: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
         # Stage spans past max_spans: exact counters per stage (under the processor's lock).
@@ -115,7 +118,8 @@ class TraceState:
         attributes match. A stage span's time to first token is read from its attributes,
         or from ``read_events(source)``, called only when an event source is reached.
         Past ``max_spans`` (the root always fits: it ends last), a stage span goes to
-        exact counters, under ``lock`` when threads share the state.
+        exact counters, under ``lock`` when threads share the state. A recorded stage
+        span's name is kept, so that hints can name it.
         """
         config = self.config
         named = attributes.get(STAGE)
@@ -135,6 +139,8 @@ class TraceState:
                     with lock:
                         self.record_overflow(stage, start, end, ttft)
                 return stage
+            if stage >= 0:  # before the append: a stage span in a snapshot has its name, for hints
+                self.names[span_id] = name
         spans.append((span_id, parent_id, start, end, stage))
         if ttft is not None:
             self.first_tokens.append((stage, start, ttft))
@@ -219,7 +225,7 @@ class TraceState:
                 by_stage[budget.name] = ns / 1e6
             critical_ms: dict[str, float] | None = by_stage
             unattributed_ms = unattributed / 1e6
-            hints = find_hints(self.budgets, self.root_id, spans, counts)
+            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names)
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
             critical_ms = {budget.name: 0.0 for budget in stages}
