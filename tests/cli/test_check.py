@@ -256,5 +256,9 @@ def test_local_server_whose_body_is_cut_short_is_one_line_exit_2() -> None:
         server.shutdown()
         server.server_close()
         thread.join()
-    assert_one_line_error(result, f"{url}/api/traces?service=support-assistant", "Jaeger closed the connection in the middle of its answer")
+    assert_one_line_error(
+        result,
+        f"{url}/api/traces?service=support-assistant",
+        "Jaeger closed the connection in the middle of its answer",
+    )
     assert "after 100 bytes" in result.stderr
