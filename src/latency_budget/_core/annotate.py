@@ -30,13 +30,17 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
                 out[keys[4]] = float(stage.first_token_ms)
         if stage.critical_ms:
             out[keys[5]] = float(stage.critical_ms)
-    out[attr.VIOLATED] = report.violated
-    out[attr.OVER_BUDGET_STAGES] = report.over_budget_stages
+    if report.violations:
+        out[attr.VIOLATED] = report.violated
+        out[attr.OVER_BUDGET_STAGES] = report.over_budget_stages
+        warn = report.warn_stages
+    else:  # the common case: nothing broken, so no verdict to derive
+        out[attr.VIOLATED] = False
+        out[attr.OVER_BUDGET_STAGES] = warn = ()
     out[attr.TOTAL_ACTUAL_MS] = float(report.total_actual_ms)
     out[attr.PROFILE] = report.profile
     if report.total_budget_ms is not None:
         out[attr.TOTAL_BUDGET_MS] = float(report.total_budget_ms)
-    warn = report.warn_stages
     if warn:
         out[attr.WARN_STAGES] = warn
     if report.first_token_ms is not None:
