@@ -273,7 +273,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         stage = config.classifier.classify(name, kind, scope, attributes)
         budgets = config.budgets_for_root(name, kind, scope, attributes)
         span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
-        state = TraceState(config, budgets, span_id, start, trace_id)
+        state = TraceState(config, budgets, span_id, start, trace_id, self._max_spans, self._table.lock, events_of)
         self._table.open(state)
         if stage >= 0:
             set_label(span, budgets.stages[stage].label)
@@ -291,10 +291,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.shared:
             state = self._table.owner_of_ended_span(state, span_id)
         parent_id = parent[SPAN_ID] if parent is not None else None
-        table = self._table
-        stage = state.end_span(
-            span_id, parent_id, name, kind, scope, start, end, attributes, events_of, span, self._max_spans, table.lock
-        )
+        stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
             return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
         if stage < 0:  # the common case: recorded, forwarded untouched

@@ -86,40 +86,27 @@ def evaluate_spans(
     unshared = nullcontext()  # one thread: the overflow counters need no lock
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
         budgets = config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
-        state = TraceState(config, budgets, root.span_id, root.start_ns, root.trace_id)
-        for span in sorted(members[root_key], key=lambda s: (s.end_ns, s.start_ns)):
-            if span is root:
-                continue  # recorded last, as it ends
-            if span.end_ns > root.end_ns:
-                continue  # ended after its root: the live processor could not count it either
+        state = TraceState(
+            config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events
+        )
+        # In the order they ended, the root last; spans that ended after their root are
+        # left out: the live processor could not count them either.
+        ended = [s for s in members[root_key] if s is not root and s.end_ns <= root.end_ns]
+        ended.sort(key=lambda s: (s.end_ns, s.start_ns))
+        ended.append(root)
+        for span in ended:
+            parent = None if span is root else span.parent_id
             state.end_span(
                 span.span_id,
-                span.parent_id,
+                parent,
                 span.name,
                 span.kind,
                 span.scope,
                 span.start_ns,
                 span.end_ns,
                 span.attributes,
-                _events,
                 span,
-                max_spans_per_trace,
-                unshared,
             )
-        state.end_span(
-            root.span_id,
-            None,
-            root.name,
-            root.kind,
-            root.scope,
-            root.start_ns,
-            root.end_ns,
-            root.attributes,
-            _events,
-            root,
-            max_spans_per_trace,
-            unshared,
-        )
         reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
     return reports
 

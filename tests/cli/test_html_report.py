@@ -6,7 +6,6 @@ it these tests are skipped, except under ``CI=true``, where a missing browser fa
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ..ci import skip_or_fail_in_ci
 from .conftest import BUDGETS, OTLP, expected_reports, run_cli
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -28,10 +28,7 @@ def browser() -> str:
         found = shutil.which(name)
         if found:
             return found
-    reason = "no Chromium found (apt-get install -y chromium)"
-    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-        pytest.fail(f"{reason}; CI must install it", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail_in_ci("no Chromium found (apt-get install -y chromium)")
 
 
 @pytest.fixture(scope="module")

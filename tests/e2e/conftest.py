@@ -28,7 +28,6 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import Generator, Iterator
@@ -37,6 +36,7 @@ from pathlib import Path
 import pytest
 
 from ..binaries import require_program
+from ..ci import skip_or_fail_in_ci
 from .services import (
     CollectorService,
     JaegerService,
@@ -63,10 +63,6 @@ def pytest_runtest_makereport(
     return report
 
 
-def _ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
-
-
 @pytest.fixture(scope="session")
 def otel_tools() -> Tools:
     """Paths of the built collector and Jaeger; skip (or fail under CI=true) if missing."""
@@ -75,9 +71,7 @@ def otel_tools() -> Tools:
         reason = (
             "e2e binaries not built: missing " + ", ".join(str(path) for path in missing) + "; run scripts/build-tools"
         )
-        if _ci():
-            pytest.fail(f"{reason} (CI=true: e2e tests must run in CI)", pytrace=False)
-        pytest.skip(reason)
+        skip_or_fail_in_ci(reason)
     return tools
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import trace
@@ -138,3 +140,32 @@ def op(name: str) -> dict[str, AttributeValue]:
 
 def violation_events(span: ReadableSpan) -> Sequence[Mapping[str, object]]:
     return [dict(e.attributes or {}) for e in span.events if e.name == "latency_budget.violation"]
+
+
+def in_forked_child(work: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """Run ``work`` in a forked child and return the dict it returned (sent back as JSON).
+
+    The child never returns into pytest: it exits at once, and an exception in it comes
+    back as ``{"error": repr(exc)}``. Fails when the child did not exit with status 0.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_fd)
+            os.write(write_fd, json.dumps(work()).encode())
+            status = 0
+        except BaseException as exc:
+            os.write(write_fd, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        payload = pipe.read()
+    _, wait_status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(wait_status), payload
+    assert os.WEXITSTATUS(wait_status) == 0, payload
+    result = json.loads(payload)
+    assert isinstance(result, dict)
+    return result

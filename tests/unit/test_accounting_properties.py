@@ -319,15 +319,21 @@ def test_union_length_counts_each_covered_nanosecond_once(intervals: list[tuple[
     assert union_length(intervals) == covered_cells(intervals)
 
 
-@settings(max_examples=150, deadline=None, database=None)
-@given(spec=specs, tree=trees(), data=st.data())
-def test_root_attributes_match_oracle_for_any_end_order(spec: Spec, tree: Tree, data: st.DataObject) -> None:
-    """Union, busy, count, first token and every verdict match the oracle whatever order the children end in."""
+def run_tree(spec: Spec, tree: Tree, data: st.DataObject) -> tuple[Pipeline, Built]:
+    """Start every span of ``tree`` under ``spec``'s budgets, end the children in a drawn order, then the root."""
     p = pipeline(spec.config())
     built = start_tree(p, tree)
     for index in data.draw(st.permutations(range(1, len(tree.nodes))), label="end order"):
         built.end(index)
     built.end(0)
+    return p, built
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(spec=specs, tree=trees(), data=st.data())
+def test_root_attributes_match_oracle_for_any_end_order(spec: Spec, tree: Tree, data: st.DataObject) -> None:
+    """Union, busy, count, first token and every verdict match the oracle whatever order the children end in."""
+    p, built = run_tree(spec, tree, data)
 
     check_trace(p, built, oracle(spec, tree))
     check_forwarded_once(p, [built])
@@ -402,11 +408,7 @@ def as_record(span: ReadableSpan) -> SpanRecord:
 @given(spec=specs, tree=trees(), data=st.data())
 def test_replay_gives_the_live_report(spec: Spec, tree: Tree, data: st.DataObject) -> None:
     """evaluate_spans on the recorded spans returns the very TraceReport the live processor produced."""
-    p = pipeline(spec.config())
-    built = start_tree(p, tree)
-    for index in data.draw(st.permutations(range(1, len(tree.nodes))), label="end order"):
-        built.end(index)
-    built.end(0)
+    p, built = run_tree(spec, tree, data)
 
     records = [as_record(built.readable(i)) for i in data.draw(st.permutations(range(len(tree.nodes))))]
     replayed: list[TraceReport] = evaluate_spans(p.processor.config, records)

@@ -6,7 +6,6 @@ inside a hook fails the test instead of being logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -33,7 +32,7 @@ from opentelemetry.util.types import Attributes
 from latency_budget import LatencyBudgetProcessor, _guard, load_budgets
 from latency_budget import _attributes as attr
 
-from .helpers import TECHCORP_YAML, Pipeline, RecordingProcessor, at, op, pipeline
+from .helpers import TECHCORP_YAML, Pipeline, RecordingProcessor, at, in_forked_child, op, pipeline
 
 # Every kind of rule that reads attributes: built-in GenAI rules (model_call, tool_calls),
 # exact values of several types, `exists`, a profile, and custom first-token attributes.
@@ -668,36 +667,20 @@ def test_forked_child_starts_with_no_traces_in_flight() -> None:
     chat = p.start("chat", 0, parent=root, attributes=op("chat"))
     assert p.processor.stats().active_traces == 1
 
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        status = 1
-        try:
-            os.close(read_fd)
-            result: dict[str, object] = {"active_after_fork": p.processor.stats().active_traces}
-            chat.end(end_time=at(900))
-            root.end(end_time=at(1_000))
-            result["inherited_root_keys"] = sorted(budget_keys(p.span("request")))
-            fresh = p.start("fresh", 0)
-            p.run("fresh-chat", 0, 900, parent=fresh, attributes=op("chat"))
-            fresh.end(end_time=at(1_000))
-            fresh_attributes = p.span("fresh").attributes or {}
-            result["fresh_violated"] = fresh_attributes.get(attr.VIOLATED)
-            result["active_at_end"] = p.processor.stats().active_traces
-            os.write(write_fd, json.dumps(result).encode())
-            status = 0
-        except BaseException as exc:
-            os.write(write_fd, json.dumps({"error": repr(exc)}).encode())
-        finally:
-            os._exit(status)
+    def child() -> dict[str, object]:
+        result: dict[str, object] = {"active_after_fork": p.processor.stats().active_traces}
+        chat.end(end_time=at(900))
+        root.end(end_time=at(1_000))
+        result["inherited_root_keys"] = sorted(budget_keys(p.span("request")))
+        fresh = p.start("fresh", 0)
+        p.run("fresh-chat", 0, 900, parent=fresh, attributes=op("chat"))
+        fresh.end(end_time=at(1_000))
+        fresh_attributes = p.span("fresh").attributes or {}
+        result["fresh_violated"] = fresh_attributes.get(attr.VIOLATED)
+        result["active_at_end"] = p.processor.stats().active_traces
+        return result
 
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        payload = pipe.read()
-    _, wait_status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(wait_status)
-    assert os.WEXITSTATUS(wait_status) == 0, payload
-    assert json.loads(payload) == {
+    assert in_forked_child(child) == {
         "active_after_fork": 0,
         "inherited_root_keys": [],
         "fresh_violated": True,

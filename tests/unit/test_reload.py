@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -21,7 +20,7 @@ from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget._config import BudgetConfig
 from latency_budget._config.reload import RELOAD_INTERVAL_ENV, BudgetFileWatcher
 
-from .helpers import TECHCORP_YAML, at
+from .helpers import TECHCORP_YAML, at, in_forked_child
 
 ALPHA = "version: 1\nstages:\n  alpha:\n    budget_ms: 100\n    match: {name: 'work*'}\n"
 BETA = "version: 1\nstages:\n  beta:\n    budget_ms: 250\n    match: {name: 'work*'}\n"
@@ -391,29 +390,17 @@ def test_forked_child_restarts_the_reload_thread(tmp_path: Path) -> None:
     watcher = BudgetFileWatcher(path, swapped.append)
     watcher.load()
     watcher.start(3600)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: report through the pipe, never return into pytest
-        status = 1
-        try:
-            os.close(read_fd)
-            running = watcher.running
-            write_settled(path, BETA)
-            result = {"running": running, "swapped": watcher.check(), "stages": list(swapped[-1].stage_names)}
-            watcher.stop()
-            result["stopped"] = not watcher.running
-            os.write(write_fd, json.dumps(result).encode())
-            status = 0
-        except BaseException as exc:
-            os.write(write_fd, json.dumps({"error": repr(exc)}).encode())
-        finally:
-            os._exit(status)
-    os.close(write_fd)
-    with os.fdopen(read_fd) as pipe:
-        payload = pipe.read()
-    _, wait_status = os.waitpid(pid, 0)
-    assert os.WEXITSTATUS(wait_status) == 0, payload
-    assert json.loads(payload) == {"running": True, "swapped": True, "stages": ["beta"], "stopped": True}
+
+    def child() -> dict[str, object]:
+        running = watcher.running
+        write_settled(path, BETA)
+        result: dict[str, object] = {"running": running, "swapped": watcher.check()}
+        result["stages"] = list(swapped[-1].stage_names)
+        watcher.stop()
+        result["stopped"] = not watcher.running
+        return result
+
+    assert in_forked_child(child) == {"running": True, "swapped": True, "stages": ["beta"], "stopped": True}
     assert watcher.running
     assert swapped == []  # the child's swap happened in the child
     watcher.stop()

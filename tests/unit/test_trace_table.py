@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import pytest
 
@@ -18,7 +19,7 @@ TTL_NS = at(1_000) - at(0)  # one second
 
 def root(span_id: int, trace_id: int, start_ms: float = 0.0) -> TraceState:
     """The state of a local root that started ``start_ms`` after T0."""
-    return TraceState(CONFIG, CONFIG.default, span_id, at(start_ms), trace_id)
+    return TraceState(CONFIG, CONFIG.default, span_id, at(start_ms), trace_id, 1_000, nullcontext(), lambda _: ())
 
 
 def active(table: TraceTable) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from opentelemetry.sdk.trace import Event
 
@@ -19,14 +20,16 @@ def time_to_first_token_ns(
     sources: Sequence[FirstTokenSource],
     start_ns: int,
     attributes: Mapping[str, object],
-    events: Sequence[Event] | Callable[[], Sequence[Event]],
+    read_events: Callable[[Any], Sequence[Event]],
+    span: object,
 ) -> int | None:
     """Nanoseconds from the span's start to its first token, from the first usable source.
 
-    ``events`` may be a zero-argument callable, called only if an event source is
-    reached (copying a live span's events takes a lock). Values that are non-numeric,
+    ``read_events(span)`` gives the span's events; it is called only if an event source
+    is reached (copying a live span's events takes a lock). Values that are non-numeric,
     negative or not finite are skipped, never an error.
     """
+    events: Sequence[Event] | None = None
     for source in sources:
         if source.attribute is not None:
             value = attributes.get(source.attribute)
@@ -34,8 +37,8 @@ def time_to_first_token_ns(
                 continue
             found = _from_attribute(value, source.unit, start_ns)
         else:
-            if callable(events):
-                events = events()
+            if events is None:
+                events = read_events(span)
             found = _from_event(source.event, start_ns, events)
         if found is not None:
             return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
 from latency_budget._config.model import BudgetConfig, BudgetSet
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanKind
 
 __all__ = ["StageTally", "TraceState"]
-
-_Source = TypeVar("_Source")
 
 
 class StageTally:
@@ -57,10 +55,13 @@ class TraceState:
         "finished",
         "first_tokens",
         "last_seen",
+        "lock",
+        "max_spans",
         "names",
         "overflow",
         "overflow_first_token_at",
         "owned",
+        "read_events",
         "referenced",
         "root_id",
         "root_start",
@@ -71,13 +72,27 @@ class TraceState:
     )
 
     def __init__(
-        self, config: BudgetConfig, budgets: BudgetSet, root_id: int, root_start: int, trace_id: int = 0
+        self,
+        config: BudgetConfig,
+        budgets: BudgetSet,
+        root_id: int,
+        root_start: int,
+        trace_id: int,
+        max_spans: int,
+        lock: AbstractContextManager[object],
+        read_events: Callable[[Any], Sequence[Event]],
     ) -> None:
         self.config = config  # the configuration in force when the root started
         self.budgets = budgets  # chosen once, when the root starts
         self.root_id = root_id
         self.root_start = root_start
         self.trace_id = trace_id
+        # How ended spans are recorded: at most max_spans of them (then stage spans go to
+        # exact counters, under lock when threads share the state), and how to read a
+        # span's events when a time to first token is looked for there.
+        self.max_spans = max_spans
+        self.lock = lock
+        self.read_events = read_events
         # Other active local roots of the same trace (kept on the first one), and the span
         # ids registered for this root while its trace had several: see the processor.
         self.shared: list[TraceState] = []
@@ -88,7 +103,7 @@ class TraceState:
         self.names: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
-        # Stage spans past max_spans: exact counters per stage (under the processor's lock).
+        # Stage spans past max_spans: exact counters per stage (under lock).
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
         self.last_seen = root_start  # span timestamps, not wall-clock reads
@@ -106,10 +121,7 @@ class TraceState:
         start: int,
         end: int,
         attributes: Mapping[str, object],
-        read_events: Callable[[_Source], Sequence[Event]],
-        source: _Source,
-        max_spans: int,
-        lock: AbstractContextManager[object],
+        source: object,
     ) -> int:
         """Account one ended span of this trace, its local root included; its stage, or -1.
 
@@ -117,8 +129,8 @@ class TraceState:
         the span's label names (set when it started), else the first whose rules its final
         attributes match. A stage span's time to first token is read from its attributes,
         or from ``read_events(source)``, called only when an event source is reached.
-        Past ``max_spans`` (the root always fits: it ends last), a stage span goes to
-        exact counters, under ``lock`` when threads share the state. A recorded stage
+        Past ``max_spans`` a stage span still counts, in exact counters; the root always
+        fits (it ends last). A recorded stage
         span's name is kept, so that hints can name it.
         """
         config = self.config
@@ -126,24 +138,26 @@ class TraceState:
         stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
         if stage < 0 and ((gate := config.classifier.late_gate) is None or not gate.isdisjoint(attributes)):
             stage = config.classifier.classify(name, kind, scope, attributes)
-        ttft = None
-        if stage >= 0 and (sources := config.stages[stage].first_token):
-            ttft = time_to_first_token_ns(sources, start, attributes, lambda: read_events(source))
+        self.referenced = True
+        self.last_seen = end
         spans = self.spans
-        if span_id != self.root_id:
-            self.referenced = True
-            self.last_seen = end
-            if len(spans) >= max_spans:
+        if stage < 0:  # the common case
+            if len(spans) < self.max_spans or span_id == self.root_id:
+                spans.append((span_id, parent_id, start, end, -1))
+            else:
                 self.truncated = True
-                if stage >= 0:
-                    with lock:
-                        self.record_overflow(stage, start, end, ttft)
-                return stage
-            if stage >= 0:  # before the append: a stage span in a snapshot has its name, for hints
-                self.names[span_id] = name
-        spans.append((span_id, parent_id, start, end, stage))
-        if ttft is not None:
-            self.first_tokens.append((stage, start, ttft))
+            return -1
+        sources = config.stages[stage].first_token
+        ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source) if sources else None
+        if len(spans) < self.max_spans or span_id == self.root_id:
+            self.names[span_id] = name  # before the append: a span in a snapshot has its name, for hints
+            spans.append((span_id, parent_id, start, end, stage))
+            if ttft is not None:
+                self.first_tokens.append((stage, start, ttft))
+        else:
+            self.truncated = True
+            with self.lock:
+                self.record_overflow(stage, start, end, ttft)
         return stage
 
     def record_overflow(self, stage: int, start: int, end: int, first_token_ns: int | None) -> None:
