@@ -10,7 +10,7 @@ ended was exported exactly once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,9 +72,15 @@ class Outcome:
     def root_attributes(self) -> dict[str, Any]:
         return dict(self.root.attributes or {})
 
+    @property
+    def request_spans(self) -> list[ReadableSpan]:
+        """The exported spans of the request's trace (background work, such as indexing, left out)."""
+        trace_id = self.root.context.trace_id if self.root.context else None
+        return [s for s in self.spans if s.context is not None and s.context.trace_id == trace_id]
+
     def in_stage(self, stage: str) -> list[ReadableSpan]:
-        """The exported spans labelled with ``stage``, in start order."""
-        found = [s for s in self.spans if (s.attributes or {}).get("latency_budget.stage") == stage]
+        """The request's exported spans labelled with ``stage``, in start order."""
+        found = [s for s in self.request_spans if (s.attributes or {}).get("latency_budget.stage") == stage]
         return sorted(found, key=lambda s: s.start_time or 0)
 
     def stage_names(self) -> dict[str, Counter[str]]:
@@ -112,10 +118,13 @@ class Outcome:
         assert self.root.context is not None
         assert self.root.context.span_id in exported
 
-    def assert_under_request(self, spans: Iterable[ReadableSpan]) -> None:
-        """These spans belong to the request's trace (so its account holds them)."""
-        trace_id = self.root.context.trace_id if self.root.context else None
-        assert {s.context.trace_id for s in spans if s.context} == {trace_id}
+    def assert_all_calls_in_the_request(self) -> None:
+        """Every exported stage span belongs to the request's trace (none started a trace of its own)."""
+        staged = [s for s in self.spans if "latency_budget.stage" in (s.attributes or {})]
+        assert staged
+        assert {s.context.trace_id for s in staged if s.context} == {
+            self.root.context.trace_id if self.root.context else 0
+        }
 
     def first_token_ms(self) -> tuple[float | None, float | None]:
         """(model_call's worst first token from its spans' starts, the request's first token from its start)."""

@@ -119,7 +119,7 @@ def test_generations_are_model_calls_and_tools_are_tool_calls(
     containers += [s for s in outcome.spans if s.name == "assistant.agent"]
     assert containers
     assert all("latency_budget.stage" not in (s.attributes or {}) for s in containers)
-    outcome.assert_under_request(outcome.in_stage("model_call"))
+    outcome.assert_all_calls_in_the_request()
     outcome.assert_exported_once()
 
 
