@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import date
 from typing import Any
 
 from opentelemetry.sdk.trace import Event
@@ -14,6 +15,12 @@ from latency_budget._config.model import FirstTokenSource
 __all__ = ["time_to_first_token_ns"]
 
 _SCALE_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
+_EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+# Date and time with seconds, an optional fraction, and a zone (required: a time without
+# one cannot be placed on the span's clock). A space may stand for the T, as RFC 3339 allows.
+_INSTANT = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|z|[+-]\d{2}:?\d{2})", re.ASCII
+)
 
 
 def time_to_first_token_ns(
@@ -72,16 +79,33 @@ def _from_event(name: str | None, start_ns: int, events: Sequence[Event]) -> int
 
 
 def _parse_instant_ns(value: object) -> int | None:
+    """An ISO-8601 instant with a zone, as nanoseconds since the epoch; ``None`` if it is not one.
+
+    Accepts what instrumentations write: Langfuse's JSON-encoded string (``'"...Z"'``),
+    ``Z`` or a numeric offset, any number of fractional digits (kept to the nanosecond),
+    on every supported Python (3.10's ``fromisoformat`` knows none of these).
+    """
     if not isinstance(value, str):
         return None
-    text = value.strip().strip('"')
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
+    text = value.strip()
+    if len(text) >= 2 and text[0] == '"' == text[-1]:
+        text = text[1:-1]
+    found = _INSTANT.fullmatch(text)
+    if found is None:
         return None
-    if parsed.tzinfo is None:
-        return None  # a wall-clock time without a zone cannot be placed on the span's clock
-    seconds = parsed.timestamp()
-    return int(seconds) * 1_000_000_000 + parsed.microsecond * 1000 if math.isfinite(seconds) else None
+    year, month, day, hour, minute, second, fraction, zone = found.groups()
+    try:
+        days = date(int(year), int(month), int(day)).toordinal() - _EPOCH_ORDINAL
+    except ValueError:  # no such day
+        return None
+    if int(hour) > 23 or int(minute) > 59 or int(second) > 59:
+        return None
+    seconds = days * 86_400 + int(hour) * 3600 + int(minute) * 60 + int(second)
+    if zone not in ("Z", "z"):
+        sign = -1 if zone[0] == "-" else 1
+        hours, minutes = int(zone[1:3]), int(zone[-2:])
+        if hours > 23 or minutes > 59:
+            return None
+        seconds -= sign * (hours * 3600 + minutes * 60)
+    nanos = int(fraction[:9].ljust(9, "0")) if fraction else 0
+    return seconds * 1_000_000_000 + nanos

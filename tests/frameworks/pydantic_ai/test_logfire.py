@@ -1,0 +1,82 @@
+"""pydantic-ai under Logfire (`logfire.instrument_pydantic_ai()`), offline, the budget processor in Logfire's setup.
+
+Logfire builds its own TracerProvider; the budget processor joins it through
+``additional_span_processors``, as a user would add it. Nothing is sent to Logfire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+
+import logfire
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from pydantic_ai import Agent
+from pydantic_ai.models.function import FunctionModel
+
+from latency_budget import LatencyBudgetProcessor, load_budgets
+
+from ...unit.helpers import Pipeline, RecordingProcessor
+from ..stacks import Outcome, budgets
+from .test_pydantic_ai import ANSWER, MODEL_NAME, TTFT, answer, stream_answer, weather
+
+
+@pytest.fixture
+def pipe() -> Iterator[Pipeline]:
+    """Logfire configured offline with the budget processor, and pydantic-ai instrumented through it."""
+    exporter = InMemorySpanExporter()
+    handed = RecordingProcessor()
+    processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls=2)), SimpleSpanProcessor(exporter))
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name="latency-budget-tests",
+        additional_span_processors=[handed, processor],
+    )
+    logfire.instrument_pydantic_ai()
+    provider = trace.get_tracer_provider()
+    try:
+        yield Pipeline(provider, processor, exporter, handed=handed)  # type: ignore[arg-type]
+    finally:
+        Agent.instrument_all(False)
+        logfire.force_flush()
+
+
+def run(pipe: Pipeline, *, stream: bool) -> Outcome:
+    agent = Agent(FunctionModel(answer, stream_function=stream_answer), tools=[weather])
+
+    async def streamed() -> str:
+        async with agent.run_stream("What is the weather in Paris?") as result:
+            return "".join([chunk async for chunk in result.stream_text(delta=True)])
+
+    with logfire.span("request"):
+        output = asyncio.run(streamed()) if stream else agent.run_sync("What is the weather in Paris?").output
+    assert output == ANSWER
+    return Outcome(pipe)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "streamed"])
+def test_logfire_agent_run_is_two_model_calls_and_one_tool_call(pipe: Pipeline, stream: bool) -> None:
+    """Under Logfire too: chat spans are model_call, execute_tool is tool_calls, counts 2 and 1, each span once."""
+    outcome = run(pipe, stream=stream)
+    assert outcome.stage_names() == {
+        "model_call": Counter({MODEL_NAME: 2}),
+        "tool_calls": Counter({"execute_tool weather": 1}),
+    }
+    assert outcome.counts() == {"model_call": 2, "tool_calls": 1}
+    assert outcome.violation_kinds() == []
+    assert outcome.hints() == []
+    outcome.assert_exported_once()
+
+
+def test_logfire_streamed_run_reads_time_to_first_chunk(pipe: Pipeline) -> None:
+    """Logfire's chat spans carry time_to_first_chunk (seconds); it becomes the request's first token."""
+    outcome = run(pipe, stream=True)
+    seconds = {s.context.span_id: (s.attributes or {})[TTFT] for s in outcome.in_stage("model_call") if s.context}
+    assert len(seconds) == 2
+    expected = outcome.expected_first_token_ms({i: round(v * 1e9) for i, v in seconds.items()})
+    assert outcome.first_token_ms() == pytest.approx(expected, abs=1e-3)

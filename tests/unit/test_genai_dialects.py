@@ -1,0 +1,194 @@
+"""The built-in dialect table: every row classifies, every first-token source is read, the README agrees.
+
+The real libraries that write these attributes run in tests/frameworks (scripts/test-frameworks);
+these tests pin the table itself, one synthetic span per row, through a real pipeline.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from opentelemetry.trace import SpanKind
+
+from latency_budget import _attributes as attr
+from latency_budget import load_budgets
+from latency_budget._config.genai_defaults import BUILTIN_STAGES, DEFAULT_FIRST_TOKEN, DIALECTS, builtin_rules
+from latency_budget._core.first_token import time_to_first_token_ns
+
+from .helpers import T0, at, pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+NO_MATCH_RULES = "version: 1\ntotal_ms: 60000\n"
+
+ROWS = [(d.key, value, stage) for d in DIALECTS for value, stage in d.values.items()]
+LEFT_OUT = [(d.key, value) for d in DIALECTS for value in d.not_stages]
+
+
+@pytest.mark.parametrize(("key", "value", "stage"), ROWS, ids=[f"{k}={v}" for k, v, _ in ROWS])
+def test_each_row_puts_a_span_in_its_stage(key: str, value: str, stage: str) -> None:
+    """A span whose start attributes hold a row's key and value is labelled with the row's stage and counted."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    p.run("call", 10, 20, parent=root, attributes={key: value})
+    root.end(end_time=at(30))
+    assert (p.span("call").attributes or {})[attr.STAGE] == stage
+    assert (p.span("request").attributes or {})[attr.stage_key(stage, "count")] == 1
+
+
+@pytest.mark.parametrize(("key", "value"), LEFT_OUT, ids=[f"{k}={v}" for k, v in LEFT_OUT])
+def test_agents_workflows_and_chains_stay_out_of_the_stages(key: str, value: str) -> None:
+    """Spans that contain calls (agents, workflows, chains, tasks) are in no stage, and pass through untouched."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    p.run("container", 10, 20, parent=root, attributes={key: value})
+    root.end(end_time=at(30))
+    assert attr.STAGE not in (p.span("container").attributes or {})
+    assert p.passed_untouched(p.span("container"))
+    assert not any(k.startswith("latency_budget.stages.") for k in p.span("request").attributes or {})
+
+
+def test_a_value_set_only_at_the_end_still_classifies() -> None:
+    """OpenInference's pydantic-ai processor adds openinference.span.kind at the end: the span still counts."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    tool = p.start("execute_tool weather", 10, parent=root)
+    tool.set_attribute("openinference.span.kind", "TOOL")
+    tool.end(end_time=at(20))
+    root.end(end_time=at(30))
+    assert (p.span("execute_tool weather").attributes or {})[attr.STAGE] == "tool_calls"
+    assert (p.span("request").attributes or {})[attr.stage_key("tool_calls", "count")] == 1
+
+
+def test_values_are_case_and_type_exact() -> None:
+    """`llm` is not OpenInference's `LLM`, and a non-string value never matches."""
+    config = load_budgets(text=NO_MATCH_RULES)
+    classify = config.classifier.classify
+    assert classify("x", SpanKind.INTERNAL, "s", {"openinference.span.kind": "llm"}) == -1
+    assert classify("x", SpanKind.INTERNAL, "s", {"langfuse.observation.type": ("generation",)}) == -1
+    assert classify("x", SpanKind.INTERNAL, "s", {"openinference.span.kind": "LLM"}) >= 0
+
+
+def test_every_builtin_rule_is_a_single_attribute_condition() -> None:
+    """Each built-in rule tests one key (what keeps classification one dictionary probe per key)."""
+    for stage in BUILTIN_STAGES:
+        rules = builtin_rules(stage) or ()
+        assert rules
+        assert all(len(r.attributes) == 1 and not r.exists and r.name is None and r.kind is None for r in rules)
+
+
+def test_no_value_means_two_stages() -> None:
+    """Across dialects that share a key, one value names one stage (or none)."""
+    meaning: dict[tuple[str, str], set[str]] = {}
+    for dialect in DIALECTS:
+        for value, stage in dialect.values.items():
+            meaning.setdefault((dialect.key, value), set()).add(stage)
+        for value in dialect.not_stages:
+            meaning.setdefault((dialect.key, value), set()).add("")
+    assert {key: stages for key, stages in meaning.items() if len(stages) > 1} == {}
+
+
+def _readme_table() -> dict[tuple[str, str], set[str]]:
+    """(stage, key) -> values of the README's built-in matcher table."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("**Built-in GenAI matchers.**", 1)[1].split("\n\n", 2)[1]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
+    table: dict[tuple[str, str], set[str]] = {}
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        stage = cells[0].strip("`")
+        for key, cell in zip(header[1:], cells[1:], strict=True):
+            values = set(re.findall(r"`([^`]+)`", cell))
+            if values:
+                table[(stage, key)] = values
+    return table
+
+
+def test_the_readme_table_is_the_dialect_table() -> None:
+    """The README's built-in matcher table lists exactly the values the defaults use."""
+    expected: dict[tuple[str, str], set[str]] = {}
+    for dialect in DIALECTS:
+        for value, stage in dialect.values.items():
+            expected.setdefault((stage, dialect.key), set()).add(value)
+    assert _readme_table() == expected
+
+
+# -- time to first token -----------------------------------------------------------------------
+
+
+def _ttft(attributes: dict[str, object], events: list[object] | None = None) -> int | None:
+    return time_to_first_token_ns(DEFAULT_FIRST_TOKEN, T0, attributes, events or [])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["gen_ai.client.operation.time_to_first_chunk", "gen_ai.response.time_to_first_chunk"])
+def test_time_to_first_chunk_in_seconds_is_read_under_the_current_and_the_deprecated_name(key: str) -> None:
+    """pydantic-ai/Logfire's attribute and the deprecated semconv one are both seconds from the span's start."""
+    assert _ttft({key: 0.0193}) == 19_300_000
+
+
+def test_the_current_name_wins_over_the_deprecated_one() -> None:
+    """A span that carries both names is read from gen_ai.client.operation.time_to_first_chunk."""
+    both = {"gen_ai.client.operation.time_to_first_chunk": 0.2, "gen_ai.response.time_to_first_chunk": 0.5}
+    assert _ttft(both) == 200_000_000
+
+
+@pytest.mark.parametrize(
+    ("text", "offset_ns"),
+    [
+        ('"2023-11-14T22:13:20.317482Z"', 317_482_000),  # what Langfuse 5 writes: JSON-quoted, Z, microseconds
+        ("2023-11-14T22:13:20.317482+00:00", 317_482_000),
+        ("2023-11-14T23:13:20.5+01:00", 500_000_000),
+        ("2023-11-14T16:43:20.123456789-0530", 123_456_789),  # nanoseconds, offset without a colon
+        ("2023-11-14 22:13:21Z", 1_000_000_000),
+        ('"2023-11-14T22:13:20.000000001Z"', 1),
+    ],
+)
+def test_langfuse_completion_start_time_is_an_instant_on_the_spans_clock(text: str, offset_ns: int) -> None:
+    """The ISO-8601 completion start (quoted or not, any zone, any precision) minus the span's start."""
+    assert T0 == 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z, the instant the texts are written against
+    assert _ttft({"langfuse.observation.completion_start_time": text}) == offset_ns
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2023-11-14T22:13:20.3",  # no zone: cannot be placed on the span's clock
+        '"2023-11-14T22:13:20Z',  # unbalanced quote
+        "2023-02-30T00:00:00Z",
+        "2023-11-14T24:00:00Z",
+        "2023-11-14T22:13:20+25:00",
+        "2023-11-14T22:13:20Zjunk",
+        "2023-11-14T22:13:19Z",  # before the span started
+        "yesterday",
+    ],
+)
+def test_unusable_completion_start_times_are_ignored(text: str) -> None:
+    """A malformed, zoneless, impossible or too early instant gives no first token, never an error."""
+    assert _ttft({"langfuse.observation.completion_start_time": text}) is None
+
+
+ODD = [7, True, 0.5, float("nan"), "", "x" * 100_000, b"LLM", (), ("LLM", "TOOL"), (1, 2)]
+KEYS = sorted({d.key for d in DIALECTS} | {s.attribute for s in DEFAULT_FIRST_TOKEN if s.attribute})
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_odd_values_under_the_dialect_keys_are_no_stage_and_no_error(key: str) -> None:
+    """Numbers, bytes, sequences, huge strings under a dialect or first-token key: no stage, no first token."""
+    chat = {"openinference.span.kind": "LLM"} if key == "gen_ai.operation.name" else {"gen_ai.operation.name": "chat"}
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    for i, value in enumerate(ODD):
+        p.run(f"odd-{i}", 1, 2, parent=root, attributes={**chat, key: value})
+    root.end(end_time=at(30))
+    exported = p.finished()
+    assert len(exported) == len(ODD) + 1
+    assert all((s.attributes or {}).get(attr.STAGE) == "model_call" for s in exported if s.name.startswith("odd-"))
+    request = dict(p.span("request").attributes or {})
+    assert request[attr.stage_key("model_call", "count")] == len(ODD)
+    if key.startswith("gen_ai.") and "first_chunk" in key:
+        # 7, True->skipped (bool), 0.5: numbers in seconds are first tokens; the rest are ignored.
+        assert request[attr.stage_key("model_call", "first_token_ms")] == 7_000.0
+    else:
+        assert attr.stage_key("model_call", "first_token_ms") not in request
