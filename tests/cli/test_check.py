@@ -225,7 +225,9 @@ def test_local_server_that_never_answers_times_out_with_one_line() -> None:
         silent.listen(1)  # the kernel completes the connection; nothing ever reads or answers
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         result = run_cli("check", "--jaeger", url, "--service", "s", "--timeout", "0.5", "-b", BUDGETS)
-    assert_one_line_error(result, url, "no complete answer from Jaeger within")
+    assert_one_line_error(result, url, "Jaeger")
+    # Which phase the deadline ends (the connection's socket timeout or the whole call's) depends on timing.
+    assert "timed out" in result.stderr or "no complete answer from Jaeger within" in result.stderr
 
 
 class _TruncatingJaeger(BaseHTTPRequestHandler):

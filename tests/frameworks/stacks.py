@@ -129,7 +129,9 @@ class Outcome:
     def first_token_ms(self) -> tuple[float | None, float | None]:
         """(model_call's worst first token from its spans' starts, the request's first token from its start)."""
         root = self.root_attributes
-        return root.get("latency_budget.stages.model_call.first_token_ms"), root.get("latency_budget.first_token_ms")
+        return root.get("latency_budget.stages.model_call.worst_first_token_ms"), root.get(
+            "latency_budget.total.first_token_ms"
+        )
 
     def expected_first_token_ms(self, ttft_ns: Mapping[int, int]) -> tuple[float, float]:
         """What :meth:`first_token_ms` should be, given model spans' first tokens (span id -> ns after start)."""
