@@ -261,6 +261,19 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
             "budgets.yaml:5: stages.model_call.match: an empty rule would match every span",
         ),
         (
+            "version: 1\nhints: {min_saving_ms: -1}\n",
+            "budgets.yaml:2: hints.min_saving_ms: expected a number of 0 or more, got -1",
+        ),
+        (
+            "version: 1\nhints:\n  min_savings_ms: 5\n",
+            "budgets.yaml:3: hints.min_savings_ms: unknown key; did you mean 'min_saving_ms'?",
+        ),
+        (
+            "version: 1\nprofiles:\n  - name: batch\n    when: {name: x}\n    hints: {min_saving_ms: .inf}\n",
+            "budgets.yaml:5: profiles[0].hints.min_saving_ms: expected a number of 0 or more, got inf",
+        ),
+        ("version: 1\nhints: 5\n", "budgets.yaml:2: hints: expected a mapping, got 5"),
+        (
             "version: 1\nstages:\n  model_call:\n    budget_ms: 8\n    first_token: {attributes: {ttft: hours}}\n",
             "budgets.yaml:5: stages.model_call.first_token.attributes.ttft: expected a unit (s, ms, us, ns, iso8601), "
             "got 'hours'",
@@ -284,3 +297,14 @@ def test_profile_names_must_be_unique() -> None:
         "  - {name: a, when: {name: x}}\n  - {name: a, when: {name: y}}\n"
     )
     assert message == "budgets.yaml:6: profiles[1].name: duplicate profile 'a' (first defined on line 5)"
+
+
+def test_hints_threshold_defaults_to_5_ms_and_profiles_inherit_or_override_it() -> None:
+    """min_saving_ms: 5 by default; a top-level value reaches profiles that do not set their own."""
+    assert load_budgets(text="version: 1\n").default.min_saving_ms == 5.0
+    config = load_budgets(
+        text="version: 1\nhints: {min_saving_ms: 0}\nprofiles:\n"
+        "  - {name: a, when: {name: a}}\n  - {name: b, when: {name: b}, hints: {min_saving_ms: 50}}\n"
+    )
+    figures = [config.budgets_by_profile(name).min_saving_ms for name in ("default", "a", "b")]
+    assert figures == [0.0, 0.0, 50.0]

@@ -370,9 +370,9 @@ def test_no_hint_when_sibling_tools_overlap(durations: list[int], offset: int, r
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(min_value=1, max_value=500), min_size=2, max_size=6))
+@given(st.lists(st.integers(min_value=5, max_value=500), min_size=2, max_size=6))
 def test_back_to_back_tools_hint_sum_minus_max(durations: list[int]) -> None:
-    """Sibling tool calls laid end to end always get one hint worth sum - max of their durations."""
+    """Sibling tool calls laid end to end (saving at least the default 5 ms) get one hint worth sum - max."""
     p = pipeline()
     root = p.start("request", 0)
     cursor = 0

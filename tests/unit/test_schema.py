@@ -172,6 +172,11 @@ _FIRST_TOKEN = _pick(
     ),
     st.sampled_from([{}, [], "gen_ai.first_token"]),
 )
+_NON_NEGATIVE = st.one_of(st.just(0), _POSITIVE)
+_NON_NEGATIVE_MISS = st.sampled_from([-1, -0.5, math.inf, "5", True, None, [5]])
+_HINTS = _pick(
+    _mapping({"min_saving_ms": _pick(_NON_NEGATIVE, _NON_NEGATIVE_MISS)}), st.sampled_from([None, [], 5, "5ms"])
+)
 _BUDGET_FIELDS = {
     "budget_ms": _pick(_POSITIVE, _POSITIVE_MISS),
     "first_token_ms": _pick(_POSITIVE, _POSITIVE_MISS),
@@ -222,6 +227,7 @@ def _profiles(draw: st.DrawFn, stage_names: list[str] | None) -> list[Any]:
             "severity": _pick(_SEVERITY, _SEVERITY_MISS),
             "total_objective": _pick(_OBJECTIVE, _OBJECTIVE_MISS),
             "first_token_objective": _pick(_OBJECTIVE, _OBJECTIVE_MISS),
+            "hints": _HINTS,
             "stages": _pick(overrides, st.sampled_from([None, [], "model_call"])),
         }
         profiles.append(draw(_pick(_mapping(fields, required=("name", "when")), st.sampled_from([None, "p", []]))))
@@ -241,6 +247,7 @@ def documents(draw: st.DrawFn) -> Any:
         ("objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
         ("total_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
         ("first_token_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
+        ("hints", _HINTS),
     ):
         if draw(st.booleans()):
             doc[key] = draw(strategy)

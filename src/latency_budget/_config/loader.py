@@ -23,6 +23,7 @@ from latency_budget._config.genai_defaults import (
 from latency_budget._config.limits import MAX_PROFILES, MAX_RULES, MAX_STAGES
 from latency_budget._config.matching import GlobError, MatchRule, compile_glob, exact_values
 from latency_budget._config.model import (
+    DEFAULT_MIN_SAVING_MS,
     DEFAULT_PROFILE,
     BudgetConfig,
     BudgetSet,
@@ -58,6 +59,7 @@ _TOP_KEYS = (
     "objective",
     "total_objective",
     "first_token_objective",
+    "hints",
     "stages",
     "profiles",
 )
@@ -80,6 +82,7 @@ _PROFILE_KEYS = (
     "severity",
     "total_objective",
     "first_token_objective",
+    "hints",
     "stages",
 )
 # An objective: a percentage above 0 and below 100, with at most 6 decimals ("99%", "99.95%").
@@ -87,6 +90,7 @@ _PROFILE_KEYS = (
 _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
 _RULE_KEYS = ("name", "attributes", "exists", "kind", "scope")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
+_HINTS_KEYS = ("min_saving_ms",)
 
 
 def load_budgets(
@@ -145,6 +149,14 @@ class _Builder:
         if not math.isfinite(number):
             self.fail(line, path, f"expected a positive, finite number, got {_describe(value)}")
         return number
+
+    def non_negative_number(self, value: Any, line: int | None, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            self.fail(line, path, f"expected a number of 0 or more, got {_describe(value)}")
+        try:
+            return float(value)
+        except OverflowError:  # an integer too large for a float
+            self.fail(line, path, f"expected a finite number of 0 or more, got {_describe(value)}")
 
     def positive_int(self, value: Any, line: int | None, path: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -222,9 +234,23 @@ class _Builder:
             severity=severity,
             total_objective=self.optional_objective(doc, "total_objective", "", objective),
             first_token_objective=self.optional_objective(doc, "first_token_objective", "", objective),
+            min_saving_ms=self.hints(doc, "", DEFAULT_MIN_SAVING_MS),
         )
         profiles = self.profiles(doc, default)
         return BudgetConfig(source=self.source, stages=definitions, default=default, profiles=profiles)
+
+    def hints(self, mapping: LocatedDict, path: str, inherited: float) -> float:
+        """The least saving a hint must offer, from ``hints: {min_saving_ms: ...}``, else ``inherited``."""
+        if "hints" not in mapping:
+            return inherited
+        where = _join(path, "hints")
+        spec = self.mapping(mapping["hints"], mapping.key_lines["hints"], where)
+        self.check_keys(spec, _HINTS_KEYS, where)
+        if "min_saving_ms" not in spec:
+            return inherited
+        return self.non_negative_number(
+            spec["min_saving_ms"], spec.key_lines["min_saving_ms"], f"{where}.min_saving_ms"
+        )
 
     def optional_number(self, mapping: LocatedDict, key: str, path: str) -> float | None:
         if key not in mapping:
@@ -459,6 +485,7 @@ class _Builder:
                 first_token_objective=self.optional_objective(
                     spec, "first_token_objective", path, default.first_token_objective
                 ),
+                min_saving_ms=self.hints(spec, path, default.min_saving_ms),
             )
             profiles.append(Profile(name=name, when=when, budgets=budgets))
         return tuple(profiles)

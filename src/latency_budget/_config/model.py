@@ -13,6 +13,7 @@ from latency_budget import _attributes as attr
 from latency_budget._config.matching import MatchRule, StageClassifier
 
 __all__ = [
+    "DEFAULT_MIN_SAVING_MS",
     "DEFAULT_PROFILE",
     "BudgetConfig",
     "BudgetSet",
@@ -27,6 +28,8 @@ Severity = Literal["warn", "error"]
 TimeUnit = Literal["s", "ms", "us", "ns", "iso8601"]
 
 DEFAULT_PROFILE = "default"
+# Hints that would save less than this are not given: sub-millisecond savings are noise.
+DEFAULT_MIN_SAVING_MS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +101,8 @@ class BudgetSet:
     severity: Severity = "error"
     total_objective: float | None = None
     first_token_objective: float | None = None
-    # (stage index, the fewest spans of it that can give a hint), for stages that can:
+    min_saving_ms: float = DEFAULT_MIN_SAVING_MS  # the least a hint must save to be given
+    # (stage index, the fewest calls of it that can give a hint), for stages that can:
     # lets a trace with nothing to hint (most traces) skip the hint search.
     hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 

@@ -1,17 +1,23 @@
 """Where time could be won: sequential calls that could run in parallel, and extra iterations.
 
-``sequential_calls``: under one parent, two or more consecutive children of a
-parallelizable stage ran one after another, with no overlap and no span of another
-stage between them. Running them concurrently would save the sum of their durations
-minus the longest one.
+Both count calls, not spans: a span nested inside a span of its own stage is part of
+that call (see calls.py), and is never a call of its own here.
 
-``iterations``: a stage ran more spans than its ``max_calls``. The calls beyond the
+``sequential_calls``: under one parent, two or more consecutive calls of a
+parallelizable stage, of one kind (the same operation), ran one after another, with no
+overlap and no stage span of another stage or kind between them. Running them
+concurrently would save the sum of their durations minus the longest one.
+
+``iterations``: a stage made more calls than its ``max_calls``. The calls beyond the
 limit (in start order) are the time an agent that planned better would not spend.
+
+A hint is given only when it would save at least the profile's ``min_saving_ms``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
 
@@ -25,6 +31,8 @@ HintKind = Literal["sequential_calls", "iterations"]
 # A hint names at most this many of its spans (the first, in start order): enough to find
 # them on a timeline, and a bounded attribute whatever the trace holds.
 NAMED_SPANS = 5
+
+_NO_NAMES: Mapping[int, str] = {}
 
 
 @dataclass(slots=True)
@@ -50,19 +58,25 @@ def find_hints(
     spans: Sequence[RecordedSpan],
     counts: Sequence[int] | None = None,
     names: Mapping[int, str] | None = None,
+    kinds: Mapping[int, str] | None = None,
+    nested: AbstractSet[int] = frozenset(),
 ) -> tuple[Hint, ...]:
-    """Hints for one trace, sequential-call hints first, then iterations, in stage order.
+    """Hints for one trace, sequential-call hints first, then iterations, by savings.
 
-    ``counts`` (spans per stage index, when the caller already has them) lets a trace
+    ``counts`` (calls per stage index, when the caller already has them) lets a trace
     with nothing to hint skip the work: most traces have no repeated stage. ``names``
-    (span id -> span name, for stage spans) names the spans of each hint.
+    (span id -> span name, for stage spans) names the spans of each hint; ``kinds``
+    (span id -> operation, for stage spans) says which calls are of one kind (calls
+    without one are all of one kind). ``nested`` holds the positions in ``spans`` of
+    stage spans nested in a call of their own stage: parts of a call, not calls.
     """
     stages = budgets.stages
     if counts is None:
-        counts = [0] * len(stages)
-        for span in spans:
-            if span[4] >= 0:
-                counts[span[4]] += 1
+        tally = [0] * len(stages)
+        for index, span in enumerate(spans):
+            if span[4] >= 0 and index not in nested:
+                tally[span[4]] += 1
+        counts = tally
     for index, least in budgets.hint_thresholds:
         if counts[index] >= least:
             break
@@ -72,24 +86,35 @@ def find_hints(
     over_calls = [i for i, stage in enumerate(stages) if stage.max_calls is not None and counts[i] > stage.max_calls]
     if not parallelizable and not over_calls:
         return ()
+    least_ms = budgets.min_saving_ms
     hints: list[Hint] = []
-    known = names if names is not None else {}
+    known = names if names is not None else _NO_NAMES
     if parallelizable:
-        by_parent: dict[int, list[RecordedSpan]] = {}
-        for span in spans:
-            if span[0] != root_id and span[1] is not None and span[4] >= 0:
-                by_parent.setdefault(span[1], []).append(span)
+        of_kind = kinds if kinds is not None else _NO_NAMES
+        by_parent: dict[int, list[_Sibling]] = {}
+        for index, span in enumerate(spans):
+            span_id, parent_id, start, end, stage = span
+            if stage >= 0 and span_id != root_id and parent_id is not None:
+                sibling = (start, end, span_id, stage, of_kind.get(span_id), index in nested, span)
+                group = by_parent.get(parent_id)
+                if group is None:
+                    by_parent[parent_id] = [sibling]
+                else:
+                    group.append(sibling)
         for siblings in by_parent.values():
             if len(siblings) >= 2:
-                hints.extend(_sequential_runs(budgets, siblings, parallelizable, known))
+                hints.extend(_sequential_runs(budgets, siblings, parallelizable, known, least_ms))
     for index in over_calls:
-        stage = stages[index]
-        limit = stage.max_calls or 0
-        calls = sorted((s for s in spans if s[4] == index), key=lambda s: (s[2], s[3], s[0]))
+        budget = stages[index]
+        limit = budget.max_calls or 0
+        calls = sorted(
+            (s for n, s in enumerate(spans) if s[4] == index and n not in nested), key=lambda s: (s[2], s[3], s[0])
+        )
         if len(calls) > limit:
-            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[limit:])
-            ids, span_names = _named(calls[limit:], known)
-            hints.append(Hint("iterations", stage.name, len(calls), extra / 1e6, ids, span_names))
+            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[limit:]) / 1e6
+            if extra > 0 and extra >= least_ms:
+                ids, span_names = _named(calls[limit:], known)
+                hints.append(Hint("iterations", budget.name, len(calls), extra, ids, span_names))
     hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
     return tuple(hints)
 
@@ -100,36 +125,50 @@ def _named(spans: Sequence[RecordedSpan], names: Mapping[int, str]) -> tuple[tup
     return ids, tuple(names.get(span_id, "") for span_id in ids)
 
 
+# A stage span among its siblings: (start, end, span id, stage, kind, nested, the span).
+_Sibling = tuple[int, int, int, int, "str | None", bool, RecordedSpan]
+
+
 def _sequential_runs(
-    budgets: BudgetSet, siblings: list[RecordedSpan], parallelizable: set[int], names: Mapping[int, str]
+    budgets: BudgetSet,
+    siblings: list[_Sibling],
+    parallelizable: set[int],
+    names: Mapping[int, str],
+    least_ms: float,
 ) -> list[Hint]:
-    """Runs of back-to-back, non-overlapping same-stage siblings (stage siblings only)."""
+    """Runs of back-to-back, non-overlapping calls of one stage and kind among siblings."""
     found: list[Hint] = []
-    siblings.sort(key=lambda s: (s[2], s[3], s[0]))
-    run: list[RecordedSpan] = []
-    run_end = 0  # the latest end in the run: a span starting at or after it does not overlap
+    siblings.sort(key=_start_order)
+    run: list[_Sibling] = []
+    run_end = 0  # the latest end in the run: a call starting at or after it does not overlap
 
     def close() -> None:
         if len(run) >= 2:
-            durations = [max(0, end - start) for _, _, start, end, _ in run]
-            savings = sum(durations) - max(durations)
-            if savings > 0:
-                ids, span_names = _named(run, names)
-                name = budgets.stages[run[0][4]].name
-                found.append(Hint("sequential_calls", name, len(run), savings / 1e6, ids, span_names))
+            durations = [max(0, end - start) for start, end, *_ in run]
+            savings = (sum(durations) - max(durations)) / 1e6
+            if savings > 0 and savings >= least_ms:
+                ids, span_names = _named([sibling[6] for sibling in run], names)
+                name = budgets.stages[run[0][3]].name
+                found.append(Hint("sequential_calls", name, len(run), savings, ids, span_names))
 
-    for span in siblings:
-        stage = span[4]
-        if run and stage == run[0][4]:
-            if span[2] >= run_end:
-                run.append(span)
-                run_end = max(run_end, span[3])
+    for sibling in siblings:
+        start, end, _, stage, kind, nested, _ = sibling
+        if run and stage == run[0][3] and kind == run[0][4] and not nested:
+            if start >= run_end:
+                run.append(sibling)
+                run_end = max(run_end, end)
             else:
                 # Overlaps the run: these calls already run concurrently; no hint for this group.
                 run = []
             continue
         close()
-        run = [span] if stage in parallelizable else []
-        run_end = span[3]
+        # A nested span is part of a call, not a call: it starts no run, but as a step of
+        # another call between two calls, it still ends one.
+        run = [sibling] if stage in parallelizable and not nested else []
+        run_end = end
     close()
     return found
+
+
+def _start_order(sibling: _Sibling) -> tuple[int, int, int]:
+    return sibling[0], sibling[1], sibling[2]  # start, then end, then span id

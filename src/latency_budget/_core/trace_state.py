@@ -10,12 +10,14 @@ go to exact counters, updated under a lock the caller gives.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
+from latency_budget._core.calls import OPERATION, nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.hints import find_hints
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanKind
 
 __all__ = ["StageTally", "TraceState"]
+
+_NONE: frozenset[int] = frozenset()
 
 
 class StageTally:
@@ -54,6 +58,7 @@ class TraceState:
         "config",
         "finished",
         "first_tokens",
+        "kinds",
         "last_seen",
         "lock",
         "max_spans",
@@ -101,6 +106,8 @@ class TraceState:
         self.spans: list[RecordedSpan] = []
         # The names of the recorded stage spans, by span id, so that hints can name them.
         self.names: dict[int, str] = {}
+        # What kind of call each recorded stage span is (see calls.py), for hints.
+        self.kinds: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
         # Stage spans past max_spans: exact counters per stage (under lock).
@@ -129,9 +136,9 @@ class TraceState:
         the span's label names (set when it started), else the first whose rules its final
         attributes match. A stage span's time to first token is read from its attributes,
         or from ``read_events(source)``, called only when an event source is reached.
-        Past ``max_spans`` a stage span still counts, in exact counters; the root always
-        fits (it ends last). A recorded stage
-        span's name is kept, so that hints can name it.
+        Past ``max_spans`` a stage span still counts, in exact counters, as a call of its
+        own (its ancestors, which end after it, are not known yet); the root always fits
+        (it ends last). A recorded stage span's name and kind of call are kept, for hints.
         """
         config = self.config
         named = attributes.get(STAGE)
@@ -151,6 +158,10 @@ class TraceState:
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source) if sources else None
         if len(spans) < self.max_spans or span_id == self.root_id:
             self.names[span_id] = name  # before the append: a span in a snapshot has its name, for hints
+            operation = attributes.get(OPERATION)  # the usual answer, without a call
+            if operation.__class__ is not str:
+                operation = operation_of(name, attributes)
+            self.kinds[span_id] = operation
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft))
@@ -186,6 +197,7 @@ class TraceState:
         stages = self.budgets.stages
         stage_count = len(stages)
         intervals: list[list[tuple[int, int]] | None] = [None] * stage_count
+        repeated = False
         for _, _, start, end, stage in spans:
             if stage >= 0:
                 found = intervals[stage]
@@ -193,6 +205,24 @@ class TraceState:
                     intervals[stage] = [(start, end)]
                 else:
                     found.append((start, end))
+                    repeated = True
+        # One call is one call: spans nested in a span of their own stage are left out of
+        # counts and busy time (and hints). Only a stage with several spans can have any.
+        nested: AbstractSet[int] = _NONE
+        inner_count: list[int] | None = None
+        inner_busy: list[int] | None = None
+        if repeated:
+            nested = nested_calls(
+                self.root_id, spans, {i for i, found in enumerate(intervals) if found is not None and len(found) > 1}
+            )
+            if nested:
+                inner_count = [0] * stage_count
+                inner_busy = [0] * stage_count
+                for index in nested:
+                    _, _, start, end, stage = spans[index]
+                    inner_count[stage] += 1
+                    if end > start:
+                        inner_busy[stage] += end - start
         worst_ttft: list[int | None] = [None] * stage_count
         first_token_at = self.overflow_first_token_at
         for stage, start, first_token in first_tokens:
@@ -222,6 +252,9 @@ class TraceState:
                     if end > start:
                         busy += end - start
                 union = union_length(found)
+                if inner_count is not None and inner_busy is not None:
+                    count -= inner_count[index]
+                    busy -= inner_busy[index]
             ttft: int | None = worst_ttft[index]
             if extra is not None:
                 count += extra.count
@@ -239,7 +272,7 @@ class TraceState:
                 by_stage[budget.name] = ns / 1e6
             critical_ms: dict[str, float] | None = by_stage
             unattributed_ms = unattributed / 1e6
-            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names)
+            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.kinds, nested)
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
             critical_ms = {budget.name: 0.0 for budget in stages}

@@ -33,8 +33,9 @@ Write a budget file from what recorded traces show.
 Each budget is the observed percentile (--percentile, default p95) times a headroom
 factor (--headroom, default 1.2), rounded up to a whole millisecond, with a comment
 above it that records the numbers it came from. Stages are recognised with the match
-rules of --budgets FILE, whose severities, call limits, objectives and profiles are carried over,
-or else with the built-in GenAI stages. The result always passes `validate`."""
+rules of --budgets FILE, whose severities, call limits, objectives, hint settings and
+profiles are carried over, or else with the built-in GenAI stages. The result always
+passes `validate`."""
 
 # Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
 _MAX_HEADROOM = 100.0
@@ -156,7 +157,7 @@ class _Writer:
             lines += [f"{key}: {self.raw[key]}" for key in ("total_ms", "first_token_ms") if key in self.raw]
         if "severity" in self.raw:
             lines.append(f"severity: {self.raw['severity']}")
-        for key in ("objective", *_OBJECTIVES):
+        for key in ("objective", *_OBJECTIVES, "hints"):
             if key in self.raw:
                 lines += _dump({key: self.raw[key]}, 0)
         lines.append("stages:")
@@ -224,7 +225,7 @@ class _Writer:
             lines += _dump({"when": raw["when"]}, 4)
             if "severity" in raw:
                 lines.append(f"    severity: {raw['severity']}")
-            for key in _OBJECTIVES:
+            for key in (*_OBJECTIVES, "hints"):
                 if key in raw:
                     lines += _dump({key: raw[key]}, 4)
             if summary is None:
