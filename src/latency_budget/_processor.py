@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanKind
 from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
+from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
 from latency_budget._core.report import TraceReport
@@ -58,6 +59,9 @@ Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
+# The account of a local root that is not a request, in a trace that has a request's
+# account here: it has no stages, so its spans count for nothing and are never copied.
+_UNACCOUNTED = BudgetConfig("<not a request>", (), BudgetSet(DEFAULT_PROFILE, (), None))
 
 
 class ProcessorStats:
@@ -251,7 +255,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             return
         state = self._by_trace.get(ctx[TRACE_ID])
         if state is None:
-            return  # not a trace we account (evicted, or started before us)
+            return  # not a trace we account (not a request, evicted, or started before us)
         if state.shared:
             state = self._table.owner_of_new_span(state, ctx[SPAN_ID], parent[SPAN_ID])
         state.referenced = True  # unlocked: a benign race on an LRU hint
@@ -270,6 +274,14 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
     ) -> None:
         config = self._config
+        if config.requests is not None and not config.is_request(name, kind, scope, attributes):
+            # Not a request: its spans find no account and pass through untouched. Only
+            # when its trace has one here already (a request that called this process
+            # back) must they be told apart from that account's: then they get one that
+            # labels and judges nothing.
+            if ctx[TRACE_ID] not in self._by_trace:
+                return
+            config = _UNACCOUNTED
         stage = config.classifier.classify(name, kind, scope, attributes)
         budgets = config.budgets_for_root(name, kind, scope, attributes)
         span_id, trace_id = ctx[SPAN_ID], ctx[TRACE_ID]
@@ -312,6 +324,9 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
     ) -> Annotated | None:
         """Detach the trace of a local root that ended (and was recorded), judge it and annotate the root."""
+        if state.config is _UNACCOUNTED:  # not a request: forwarded untouched, not judged
+            self._table.drop(state)
+            return None
         if not self._table.close(state):
             return None  # evicted meanwhile: forwarded untouched
         if state.truncated:

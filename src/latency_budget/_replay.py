@@ -47,13 +47,15 @@ class SpanRecord:
 
 
 def evaluate_spans(
-    config: BudgetConfig, spans: Iterable[SpanRecord], *, max_spans_per_trace: int = 1_000
+    config: BudgetConfig, spans: Iterable[SpanRecord], *, max_spans_per_trace: int = 1_000, every_root: bool = False
 ) -> list[TraceReport]:
-    """One report per local root among ``spans``, ordered by the root's start time.
+    """One report per local root among ``spans`` that is a request, ordered by the root's start time.
 
     A span whose parent is absent from the recording is treated as a local root. As in
-    the live processor, spans that end after their local root are not counted, and the
-    profile is chosen from the root's name, kind and attributes (here, its final ones).
+    the live processor, spans that end after their local root are not counted, and
+    whether the root is a request (the budget file's ``requests``) and its profile are
+    decided from the root's name, kind and attributes (here, its final ones). With
+    ``every_root``, every local root is judged, whatever ``requests`` says.
     """
     by_id: dict[tuple[int, int], SpanRecord] = {}
     for span in spans:
@@ -85,6 +87,8 @@ def evaluate_spans(
     reports: list[TraceReport] = []
     unshared = nullcontext()  # one thread: the overflow counters need no lock
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
+        if not every_root and not config.is_request(root.name, root.kind, root.scope, root.attributes):
+            continue  # not a request: its spans are not accounted, as in the live processor
         budgets = config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
         state = TraceState(
             config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events

@@ -125,6 +125,12 @@ class TraceTable:
             self.closed += 1
         return True
 
+    def drop(self, state: TraceState) -> None:
+        """Remove the trace of a local root that ended unjudged (not a request): no count."""
+        with self.lock:
+            if not state.finished:
+                self._forget(state)
+
     def count_truncated(self) -> None:
         """Count a closed trace that had more spans than it could remember."""
         with self.lock:

@@ -203,6 +203,20 @@ def test_no_matching_spans_says_so(tmp_path: Path) -> None:
     assert_one_line_error(run_cli("check", OTLP, "-b", budgets), "no span matched a stage", "stages: search")
 
 
+def test_requests_rules_choose_the_roots_that_are_judged(tmp_path: Path) -> None:
+    """`requests` matching the demo's server roots judges them all; one matching none is exit 2, saying so."""
+    text = Path(BUDGETS).read_text(encoding="utf-8")
+    servers = tmp_path / "servers.yaml"
+    servers.write_text(text.replace("version: 1\n", "version: 1\nrequests: {kind: server}\n"), encoding="utf-8")
+    result = run_cli("check", OTLP, "-b", servers, "--format", "json")
+    assert json.loads(result.stdout)["requests"] == len(expected_reports())
+    workers = tmp_path / "workers.yaml"
+    workers.write_text(text.replace("version: 1\n", "version: 1\nrequests: {name: 'worker *'}\n"), encoding="utf-8")
+    assert_one_line_error(
+        run_cli("check", OTLP, "-b", workers), "no local root is a request under the 'requests' rules of"
+    )
+
+
 def test_file_without_spans_says_so(tmp_path: Path) -> None:
     """A well-formed file with no spans at all is exit 2: there is nothing to judge."""
     empty = tmp_path / "empty.jsonl"

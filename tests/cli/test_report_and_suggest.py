@@ -137,13 +137,16 @@ def test_suggest_carries_over_objectives(tmp_path: Path) -> None:
         )
 
 
-def test_suggest_carries_over_hint_settings(tmp_path: Path) -> None:
-    """`hints` (top level and per profile) reach the suggested file, which loads with them."""
-    text = BUDGETS.read_text(encoding="utf-8").replace("version: 1\n", "version: 1\nhints: {min_saving_ms: 20}\n")
+def test_suggest_carries_over_requests_and_hint_settings(tmp_path: Path) -> None:
+    """`requests` rules and `hints` (top level and per profile) reach the suggested file, which loads with them."""
+    text = BUDGETS.read_text(encoding="utf-8").replace(
+        "version: 1\n", "version: 1\nrequests: [{kind: server}]\nhints: {min_saving_ms: 20}\n"
+    )
     text = text.replace("  - name: voice\n", "  - name: voice\n    hints: {min_saving_ms: 50}\n")
     budgets = tmp_path / "budgets.yaml"
     budgets.write_text(text, encoding="utf-8")
     config = load_budgets(text=run_cli("suggest", OTLP, "-b", budgets).stdout)
+    assert config.requests == load_budgets(budgets).requests
     assert [config.budgets_by_profile(name).min_saving_ms for name in ("default", "voice")] == [20.0, 50.0]
 
 

@@ -274,6 +274,16 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
         ),
         ("version: 1\nhints: 5\n", "budgets.yaml:2: hints: expected a mapping, got 5"),
         (
+            "version: 1\nrequests: {kind: web}\n",
+            "budgets.yaml:2: requests.kind: expected one of internal, server, client, producer, consumer, got 'web'",
+        ),
+        (
+            "version: 1\nrequests:\n  - {kind: server}\n  - {nmae: 'consume *'}\n",
+            "budgets.yaml:4: requests[1].nmae: unknown key; did you mean 'name'?",
+        ),
+        ("version: 1\nrequests: []\n", "budgets.yaml:2: requests: expected a rule or a non-empty list of rules"),
+        ("version: 1\nrequests: {}\n", "budgets.yaml:2: requests: an empty rule would match every span"),
+        (
             "version: 1\nstages:\n  model_call:\n    budget_ms: 8\n    first_token: {attributes: {ttft: hours}}\n",
             "budgets.yaml:5: stages.model_call.first_token.attributes.ttft: expected a unit (s, ms, us, ns, iso8601), "
             "got 'hours'",
@@ -308,3 +318,15 @@ def test_hints_threshold_defaults_to_5_ms_and_profiles_inherit_or_override_it() 
     )
     figures = [config.budgets_by_profile(name).min_saving_ms for name in ("default", "a", "b")]
     assert figures == [0.0, 0.0, 50.0]
+
+
+def test_requests_rules_decide_which_local_roots_are_requests() -> None:
+    """No `requests`: every root is a request; with rules, a root is one when any rule matches it."""
+    assert load_budgets(text="version: 1\n").is_request("anything", SpanKind.INTERNAL, "", {})
+    config = load_budgets(text="version: 1\nrequests:\n  - {kind: server}\n  - {name: 'query *'}\n")
+    assert config.is_request("GET /", SpanKind.SERVER, "", {})
+    assert config.is_request("query docs", SpanKind.INTERNAL, "", {})
+    assert not config.is_request("SentenceSplitter.__call__", SpanKind.INTERNAL, "", {})
+    single = load_budgets(text="version: 1\nrequests: {attributes: {http.route: /v1/answer}}\n")
+    assert single.is_request("POST", SpanKind.SERVER, "", {"http.route": "/v1/answer"})
+    assert not single.is_request("POST", SpanKind.SERVER, "", {"http.route": "/healthz"})

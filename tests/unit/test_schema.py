@@ -247,6 +247,7 @@ def documents(draw: st.DrawFn) -> Any:
         ("objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
         ("total_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
         ("first_token_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
+        ("requests", _MATCH),
         ("hints", _HINTS),
     ):
         if draw(st.booleans()):

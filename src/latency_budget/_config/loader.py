@@ -53,6 +53,7 @@ _UNITS: tuple[TimeUnit, ...] = ("s", "ms", "us", "ns", "iso8601")
 
 _TOP_KEYS = (
     "version",
+    "requests",
     "total_ms",
     "first_token_ms",
     "severity",
@@ -237,7 +238,12 @@ class _Builder:
             min_saving_ms=self.hints(doc, "", DEFAULT_MIN_SAVING_MS),
         )
         profiles = self.profiles(doc, default)
-        return BudgetConfig(source=self.source, stages=definitions, default=default, profiles=profiles)
+        requests = None
+        if "requests" in doc:
+            requests = self.rules(doc["requests"], doc.key_lines["requests"], "requests")
+        return BudgetConfig(
+            source=self.source, stages=definitions, default=default, profiles=profiles, requests=requests
+        )
 
     def hints(self, mapping: LocatedDict, path: str, inherited: float) -> float:
         """The least saving a hint must offer, from ``hints: {min_saving_ms: ...}``, else ``inherited``."""

@@ -141,6 +141,8 @@ class BudgetConfig:
     stages: tuple[StageDefinition, ...]
     default: BudgetSet
     profiles: tuple[Profile, ...] = ()
+    # Which local roots are requests (any rule matches); None: every local root is one.
+    requests: tuple[MatchRule, ...] | None = None
     classifier: StageClassifier = field(init=False, repr=False, compare=False)
     stage_index: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
@@ -153,6 +155,16 @@ class BudgetConfig:
     def stage_names(self) -> tuple[str, ...]:
         """Stage names in config order."""
         return tuple(stage.name for stage in self.stages)
+
+    def is_request(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
+        """Whether a local root with these properties is a request, to be accounted and judged."""
+        requests = self.requests
+        if requests is None:
+            return True
+        for rule in requests:  # noqa: SIM110 (at every root's start: no generator frame)
+            if rule.matches(name, kind, scope, attributes):
+                return True
+        return False
 
     def budgets_for_root(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> BudgetSet:
         """The budgets of the first profile whose ``when`` matches this root, or the default."""

@@ -163,6 +163,11 @@ def load_recorded(args: argparse.Namespace) -> Recorded:
     for message in traces.repairs.messages():
         warn(f"{traces.source_label}: {message}")
     reports = evaluate_spans(config, traces.spans)
+    if not reports and config.requests is not None:
+        raise CliError(
+            f"{traces.source_label}: no local root is a request under the 'requests' rules of {label} "
+            f"({len(traces.spans)} spans in {traces.trace_count} traces); check its requests rules"
+        )
     summary = summarize(config, reports)
     if summary.stage_span_count == 0:
         raise CliError(

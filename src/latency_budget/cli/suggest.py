@@ -33,9 +33,9 @@ Write a budget file from what recorded traces show.
 Each budget is the observed percentile (--percentile, default p95) times a headroom
 factor (--headroom, default 1.2), rounded up to a whole millisecond, with a comment
 above it that records the numbers it came from. Stages are recognised with the match
-rules of --budgets FILE, whose severities, call limits, objectives, hint settings and
-profiles are carried over, or else with the built-in GenAI stages. The result always
-passes `validate`."""
+rules of --budgets FILE, whose requests rules, severities, call limits, objectives,
+hint settings and profiles are carried over, or else with the built-in GenAI stages.
+The result always passes `validate`."""
 
 # Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
 _MAX_HEADROOM = 100.0
@@ -149,6 +149,8 @@ class _Writer:
             "# Review before use: a budget states what the product needs, not only what it does today.",
             "version: 1",
         ]
+        if "requests" in self.raw:
+            lines += _dump({"requests": self.raw["requests"]}, 0)
         default = self.profiles.get("default")
         if default is not None:
             lines += self.totals(default, 0, self.raw)

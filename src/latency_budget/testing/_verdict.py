@@ -26,6 +26,9 @@ def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceRep
     captured), that root is the request, as in production: it picks the profile and
     its duration is the total. With several (code called without a span around it),
     they are judged together under a stand-in root from the first start to the last end.
+    Roots the budget file's ``requests`` rule excludes (background work started in the
+    block) are left out with their spans, unless no root is a request: then the block
+    itself is the request and every root counts.
     """
     records = [_record(span) for span in spans]
     keys = {(record.trace_id, record.span_id) for record in records}
@@ -34,9 +37,13 @@ def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceRep
         for record in records
         if record.parent_id is None or record.remote_parent or (record.trace_id, record.parent_id) not in keys
     ]
+    requests = [top for top in tops if config.is_request(top.name, top.kind, top.scope, top.attributes)]
+    if requests and len(requests) < len(tops):
+        records = _beneath(records, requests)
+        tops = requests
     if len(tops) > 1:
         records = _under_one_root(records, tops)
-    (report,) = evaluate_spans(config, records)
+    (report,) = evaluate_spans(config, records, every_root=True)
     return report
 
 
@@ -57,6 +64,22 @@ def _record(span: ReadableSpan) -> SpanRecord:
         events=tuple(span.events),
         remote_parent=bool(parent is not None and parent.is_remote),
     )
+
+
+def _beneath(records: list[SpanRecord], tops: list[SpanRecord]) -> list[SpanRecord]:
+    """The records of ``tops`` and their descendants, in their order."""
+    children: dict[tuple[int, int], list[SpanRecord]] = {}
+    for record in records:
+        if record.parent_id is not None and not record.remote_parent:
+            children.setdefault((record.trace_id, record.parent_id), []).append(record)
+    kept: set[int] = set()
+    pending = list(tops)
+    while pending:
+        record = pending.pop()
+        if id(record) not in kept:
+            kept.add(id(record))
+            pending.extend(children.get((record.trace_id, record.span_id), ()))
+    return [record for record in records if id(record) in kept]
 
 
 def _under_one_root(records: list[SpanRecord], tops: list[SpanRecord]) -> list[SpanRecord]:
