@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 
 # Measured traces per case (k), and the warm-up before them; enough that per-trace noise
 # (the exporter's batches, the GC) averages out, few enough that valgrind finishes.
-MEASURED = {"wide": 2, "wide-full": 2, "asyncio": 1000, "unmatched": 100}
+MEASURED = {"wide": 2, "wide-full": 2, "asyncio": 1000, "unmatched": 100, "unmatched-excluded": 100}
 DEFAULT_MEASURED = 200
 SCALING = (1_000, WIDE_CHILDREN)  # widths for --scaling: per-span cost must not grow with them
 

@@ -39,6 +39,9 @@ stages:
   model_call: {budget_ms: 2000, first_token_ms: 500}
   tool_calls: {budget_ms: 500}
 """
+# The same budgets for a service whose AI endpoints are the requests: its other routes
+# (the web case's GET /orders/{id}) pass through unaccounted.
+AI_ROUTES_ONLY = BUDGETS.replace("version: 1\n", 'version: 1\nrequests: {name: "POST /v1/*"}\n')
 
 # The attributes real HTTP, DB and GenAI instrumentations set (5-10 per span).
 HTTP_SERVER = {
@@ -294,6 +297,7 @@ class Case:
     spans_per_unit: int
     sampler: Callable[[], Sampler] | None = None
     processor_options: dict[str, Any] = field(default_factory=dict)
+    budgets: str = BUDGETS
     # Traces per round relative to the standard case (which runs --traces of them), and a floor.
     scale: float = 1.0
     min_units: int = 1
@@ -348,6 +352,21 @@ CASES: dict[str, Case] = {
     for case in (
         Case("standard", "standard AI trace (1 root, 3 stage, 6 unmatched spans)", _each(standard_trace), 10),
         Case("unmatched", "web request, 20 spans, no stage matches", _each(unmatched_trace), 20, scale=0.5),
+        Case(
+            "unmatched-excluded",
+            "web request, 20 spans, not a request under `requests: {name: POST /v1/*}`",
+            _each(unmatched_trace),
+            20,
+            scale=0.5,
+            budgets=AI_ROUTES_ONLY,
+        ),
+        Case(
+            "standard-requests",
+            "standard AI trace, a request under `requests: {name: POST /v1/*}`",
+            _each(standard_trace),
+            10,
+            budgets=AI_ROUTES_ONLY,
+        ),
         Case(
             "unsampled-drop",
             "standard trace, ParentBased(ratio 0): DROP, processors never called",
@@ -413,7 +432,7 @@ def provider(
     if not candidate:
         tracer_provider.add_span_processor(downstream())
         return tracer_provider, None
-    processor = LatencyBudgetProcessor(load_budgets(text=BUDGETS), downstream(), **case.processor_options)
+    processor = LatencyBudgetProcessor(load_budgets(text=case.budgets), downstream(), **case.processor_options)
     tracer_provider.add_span_processor(processor)
     return tracer_provider, processor
 
