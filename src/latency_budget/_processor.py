@@ -41,6 +41,7 @@ from latency_budget._sdk_internals import (
     annotated_copy,
     context_of,
     events_of,
+    parent_of,
     set_label,
     view_of,
     view_of_any,
@@ -246,6 +247,16 @@ class LatencyBudgetProcessor(SpanProcessor):
     # root's start and end, evictions, and traces with several local roots.
 
     def _start(self, span: Span, ctx: ContextTuple) -> None:
+        state = self._by_trace.get(ctx[TRACE_ID])
+        if state is None:
+            # Not a trace we account (not a request, evicted, or started before us),
+            # unless the span is a local root: a child of one leaves after one more read.
+            try:
+                parent = parent_of(span)
+            except AttributeError:
+                parent = None  # view_of_any below reads it
+            if parent is not None and not parent[IS_REMOTE]:
+                return
         try:
             parent, name, kind, scope, start, _, attributes = view_of(span)
         except AttributeError:  # no instrumentation scope, or attributes built by hand
@@ -253,9 +264,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         if parent is None or parent[IS_REMOTE]:
             self._start_root(span, ctx, name, kind, scope, start or 0, attributes)
             return
-        state = self._by_trace.get(ctx[TRACE_ID])
         if state is None:
-            return  # not a trace we account (not a request, evicted, or started before us)
+            return
         if state.shared:
             state = self._table.owner_of_new_span(state, ctx[SPAN_ID], parent[SPAN_ID])
         state.referenced = True  # unlocked: a benign race on an LRU hint

@@ -32,6 +32,7 @@ __all__ = [
     "annotated_copy",
     "context_of",
     "events_of",
+    "parent_of",
     "set_label",
     "view_of",
     "view_of_any",
@@ -111,6 +112,11 @@ def _public_context(span: ReadableSpan) -> ContextTuple | None:
     return None if ctx is None else _context_tuple(ctx)
 
 
+def _public_parent(span: ReadableSpan) -> ContextTuple | None:
+    parent = span.parent
+    return None if parent is None else _context_tuple(parent)
+
+
 def _public_view(span: ReadableSpan) -> SpanView:
     parent = span.parent
     scope = span.instrumentation_scope
@@ -150,6 +156,7 @@ def _fast_events(span: ReadableSpan) -> Sequence[Event]:
 
 
 _fast_context = attrgetter("_context")
+_fast_parent = attrgetter("_parent")
 # Raises AttributeError for a span without an instrumentation scope, or whose attributes
 # are not the SDK's BoundedAttributes (one built by hand): see view_of_any.
 _fast_view = attrgetter(
@@ -277,6 +284,7 @@ events_of = _fast_events if FAST_PATH else _public_events
 events_of.__doc__ = "The events of an ended span, in order (read-only)."
 context_of = _fast_context if FAST_PATH else _public_context
 # A Python docstring cannot be set on an attrgetter: what they return is described above.
+parent_of = _fast_parent if FAST_PATH else _public_parent  # the first field of view_of
 view_of = _fast_view if FAST_PATH else _public_view
 # For a span view_of raised AttributeError on (no scope, hand-built attributes): never raises.
 view_of_any = _public_view
