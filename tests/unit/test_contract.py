@@ -47,7 +47,7 @@ def test_verdict_names_each_broken_budget_and_by_how_much_in_report_order() -> N
     root.end(end_time=at(1_100))
     attrs = dict(p.span("request").attributes or {})
     assert attrs[attr.VERDICT] == (
-        "OVER BUDGET: model_call +100.5 ms (600.5/500 ms, 2 spans), tool_calls 3 calls (max 2), "
+        "OVER BUDGET: model_call +100.5 ms (600.5/500 ms, 2 calls), tool_calls 3 calls (max 2), "
         "total +100 ms (1100/1000 ms); warn: retrieval +50 ms (150/100 ms)"
     )
     assert attrs[attr.OVER_BUDGET_STAGES] == ("model_call", "tool_calls", "total")

@@ -90,7 +90,7 @@ def _stage_keys(stage: str) -> tuple[str, ...]:
 def verdict_text(report: TraceReport) -> str:
     """One line for people, the verdict first: what broke and by how much.
 
-    ``OVER BUDGET: model_call +475.758 ms (3975.758/3500 ms, 5 spans), total +1110.8 ms
+    ``OVER BUDGET: model_call +475.758 ms (3975.758/3500 ms, 5 calls), total +1110.8 ms
     (6610.8/5500 ms)``, or ``within budget``; warn-level breaks follow after ``warn:``.
     At most :data:`VERDICT_ENTRIES` budgets are named, then ``+N more``.
     """
@@ -113,7 +113,7 @@ def verdict_text(report: TraceReport) -> str:
 
 
 def _entry(violation: Violation, counts: dict[str, int]) -> str:
-    """One broken budget: ``model_call +475.758 ms (3975.758/3500 ms, 5 spans)``."""
+    """One broken budget: ``model_call +475.758 ms (3975.758/3500 ms, 5 calls)``."""
     stage = violation.stage
     if violation.kind == "calls":
         return f"{stage} {violation.calls} calls (max {violation.max_calls})"
@@ -124,7 +124,7 @@ def _entry(violation: Violation, counts: dict[str, int]) -> str:
     figures = f"{_ms(violation.actual_ms)}/{_ms(violation.budget_ms)} ms"
     count = counts.get(stage, 0)
     if violation.kind == "duration" and count > 1:
-        figures += f", {count} spans"  # their union broke it, though each may be within
+        figures += f", {count} calls"  # their union broke it, though each may be within
     return f"{what} +{_ms(violation.over_ms)} ms ({figures})"
 
 
