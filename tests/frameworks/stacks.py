@@ -23,12 +23,16 @@ from latency_budget import LatencyBudgetProcessor, load_budgets
 from ..unit.helpers import Pipeline, RecordingProcessor
 
 STAGES = ("retrieval", "model_call", "tool_calls")
-NESTED_CALL_RULE = "needs the nested-call rule of i13-rules"
 
 
-def budgets(max_model_calls: int) -> str:
-    """A budget file with generous budgets, no ``match`` rules, and ``max_calls`` at the real number of calls."""
-    return f"""
+def budgets(max_model_calls: int, requests: str | None = None) -> str:
+    """A budget file with generous budgets, no ``match`` rules, and ``max_calls`` at the real number of calls.
+
+    ``requests``, when given, is the file's ``requests`` rule (YAML flow text).
+    """
+    return (
+        (f"requests: {requests}\n" if requests else "")
+        + f"""
 version: 1
 total_ms: 600000
 stages:
@@ -36,16 +40,20 @@ stages:
   model_call: {{budget_ms: 600000, max_calls: {max_model_calls}}}
   tool_calls: {{budget_ms: 600000}}
 """
+    )
 
 
-def budget_pipeline(max_model_calls: int, *, before: Sequence[SpanProcessor] = ()) -> Pipeline:
+def budget_pipeline(
+    max_model_calls: int, *, before: Sequence[SpanProcessor] = (), requests: str | None = None
+) -> Pipeline:
     """A real SDK pipeline through LatencyBudgetProcessor into memory, judged by :func:`budgets`.
 
     ``before`` are processors of the stack itself that must see spans ahead of the exporting
     one, as their documentation sets them up (OpenInference's span processors, for one).
     """
     exporter = InMemorySpanExporter()
-    processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls)), SimpleSpanProcessor(exporter))
+    config = load_budgets(text=budgets(max_model_calls, requests))
+    processor = LatencyBudgetProcessor(config, SimpleSpanProcessor(exporter))
     provider = TracerProvider()
     handed = RecordingProcessor()
     for added in (handed, *before, processor):

@@ -6,7 +6,7 @@ completion; the streamed query does the same; a FunctionTool call is one tool ca
 
 OpenInference nests spans of one call: ``VectorIndexRetriever.retrieve`` > ``_retrieve`` >
 ``MockEmbedding.get_query_embedding`` > ``_get_query_embedding``, ``MockLLM.predict`` >
-``MockLLM.complete``. Their counts are right only with the nested-call rule (i13-rules).
+``MockLLM.complete``: one call each (one call is one call).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from openinference.instrumentation.llama_index import LlamaIndexInstrumentor as 
 from opentelemetry.instrumentation.llamaindex import LlamaIndexInstrumentor as OpenLLMetryInstrumentor
 
 from ...unit.helpers import Pipeline
-from ..stacks import NESTED_CALL_RULE, Outcome, budget_pipeline, event_offset_ns
+from ..stacks import Outcome, budget_pipeline, event_offset_ns
 
 
 def weather(city: str) -> str:
@@ -47,8 +47,10 @@ def index() -> VectorStoreIndex:
     return build_index()
 
 
-def instrumented(instrumentor: OpenInferenceInstrumentor | OpenLLMetryInstrumentor) -> Iterator[Pipeline]:
-    pipe = budget_pipeline(max_model_calls=1)
+def instrumented(
+    instrumentor: OpenInferenceInstrumentor | OpenLLMetryInstrumentor, requests: str | None = None
+) -> Iterator[Pipeline]:
+    pipe = budget_pipeline(max_model_calls=1, requests=requests)
     instrumentor.instrument(tracer_provider=pipe.provider)
     try:
         yield pipe
@@ -110,7 +112,6 @@ def test_openinference_spans_land_in_their_stages(
     outcome.assert_exported_once()
 
 
-@pytest.mark.xfail(strict=True, reason=NESTED_CALL_RULE)
 @pytest.mark.parametrize("stream", [False, True], ids=["query", "streamed"])
 def test_openinference_counts_are_the_real_calls(
     index: VectorStoreIndex, openinference: Pipeline, stream: bool
@@ -156,6 +157,21 @@ def test_openinference_indexing_outside_a_request_is_traces_of_its_own(openinfer
     assert len(embeddings) == len(DOCUMENTS)
     ended = sorted(s.context.span_id for s in openinference.handed.ended if s.context)
     assert sorted(s.context.span_id for s in outcome_spans if s.context) == ended
+
+
+def test_openinference_indexing_is_left_alone_under_a_requests_rule() -> None:
+    """With `requests: {name: request}`, building an index judges and labels nothing; the query is judged as before."""
+    for pipe in instrumented(OpenInferenceInstrumentor(), requests="{name: request}"):
+        index = build_index()
+        indexing = list(pipe.finished())
+        assert {"SentenceSplitter.__call__", "MockEmbedding.get_text_embedding_batch"} <= {
+            s.name for s in indexing if s.parent is None
+        }
+        assert all(pipe.passed_untouched(s) for s in indexing)
+        assert not any(key.startswith("latency_budget.") for s in indexing for key in s.attributes or {})
+        outcome = query(pipe, index, stream=False)
+        assert outcome.counts() == {"retrieval": 1, "model_call": 1, "tool_calls": 1}
+        outcome.assert_exported_once()
 
 
 # Last in the module: OpenLLMetry 0.62.4's uninstrument leaves its LlamaIndex event handler in place,
