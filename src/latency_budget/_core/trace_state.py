@@ -51,6 +51,7 @@ class TraceState:
 
     __slots__ = (
         "budgets",
+        "calls",
         "config",
         "finished",
         "first_tokens",
@@ -103,6 +104,9 @@ class TraceState:
         self.names: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
+        # The recorded stage spans other than the root, with their (frozen) attributes, for
+        # the latency levers (_core/calls.py RawCall): read only when the root ends.
+        self.calls: list[tuple[int, int, int, int, int | None, Mapping[str, object]]] = []
         # Stage spans past max_spans: exact counters per stage (under lock).
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
@@ -130,8 +134,8 @@ class TraceState:
         attributes match. A stage span's time to first token is read from its attributes,
         or from ``read_events(source)``, called only when an event source is reached.
         Past ``max_spans`` a stage span still counts, in exact counters; the root always
-        fits (it ends last). A recorded stage
-        span's name is kept, so that hints can name it.
+        fits (it ends last). A recorded stage span's name is kept, so that hints can name
+        it, and (but for the root's) its attributes, for the latency levers.
         """
         config = self.config
         named = attributes.get(STAGE)
@@ -154,6 +158,8 @@ class TraceState:
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft))
+            if span_id != self.root_id:
+                self.calls.append((span_id, stage, start, end, ttft, attributes))
         else:
             self.truncated = True
             with self.lock:

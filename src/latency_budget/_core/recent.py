@@ -1,0 +1,123 @@
+"""What the processor remembers of recent calls, so that one trace's lever hints rest on many.
+
+A trace alone rarely says how fast another model would have been, or how latency grows
+with context: the last :data:`WINDOW` calls of each model in each stage do. The memory is
+bounded (at most :data:`MAX_SERIES` stage-and-model pairs, :data:`MAX_KEYS` call
+identities, kept as hashes). A series' statistics are recomputed when they are asked for
+after new calls, on every call while its window fills and then every half window, so a
+root's end rarely pays for a fit.
+
+Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
+are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
+is needed: a race can only make an estimate one call staler.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+from latency_budget._config.model import StageBudget
+from latency_budget._core.calls import Call, RawCall, calls_of
+from latency_budget._core.hints import Hint
+from latency_budget._core.levers import ModelStats, request_levers, summarise
+from latency_budget._core.report import TraceReport
+
+__all__ = ["MAX_KEYS", "MAX_SERIES", "WINDOW", "RecentCalls", "add_lever_hints"]
+
+WINDOW = 64  # calls remembered per model and stage
+MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
+MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
+
+
+class _Series:
+    """The recent calls of one model in one stage, and their statistics."""
+
+    __slots__ = ("added", "calls", "due", "stats")
+
+    def __init__(self) -> None:
+        self.calls: deque[Call] = deque(maxlen=WINDOW)
+        self.added = 0
+        self.due = 1
+        self.stats: ModelStats | None = None
+
+    def summary(self) -> ModelStats | None:
+        if self.added >= self.due:
+            snapshot = list(self.calls)
+            if snapshot:
+                self.stats = summarise(snapshot)
+            # Every call while the window fills, then every half window.
+            self.due = self.added + (1 if len(snapshot) < WINDOW else WINDOW // 2)
+        return self.stats
+
+
+class RecentCalls:
+    """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
+        self._count = 0
+        self._keys: dict[int, None] = {}  # oldest first
+
+    def add(self, calls: Sequence[Call]) -> None:
+        """Remember the model calls among ``calls``."""
+        for call in calls:
+            model = call.model
+            if model is None:
+                continue
+            models = self._series.get(call.stage)
+            if models is None:
+                models = self._series.setdefault(call.stage, {})
+            series = models.get(model)
+            if series is None:
+                if self._count >= MAX_SERIES:
+                    continue
+                self._count += 1
+                series = models.setdefault(model, _Series())
+            series.calls.append(call)
+            series.added += 1
+
+    def remember(self, calls: Sequence[Call]) -> None:
+        """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
+        keys = self._keys
+        for call in calls:
+            if call.key is not None:
+                keys[call.key] = None
+        while len(keys) > MAX_KEYS:
+            try:
+                del keys[next(iter(keys))]
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                break
+
+    def stats(self, stage: str, model: str) -> ModelStats | None:
+        series = self._series.get(stage, {}).get(model)
+        return series.summary() if series is not None else None
+
+    def models(self, stage: str) -> list[tuple[str, ModelStats]]:
+        found: list[tuple[str, ModelStats]] = []
+        for model, series in list(self._series.get(stage, {}).items()):
+            stats = series.summary()
+            if stats is not None:
+                found.append((model, stats))
+        return found
+
+    def seen(self, key: int) -> bool:
+        return key in self._keys
+
+
+def add_lever_hints(
+    recent: RecentCalls, raw: Sequence[RawCall], stages: Sequence[StageBudget], report: TraceReport
+) -> None:
+    """Give ``report`` its calls and a hint per lever that recent calls give an estimate for."""
+    calls = calls_of(raw, stages)
+    report.calls = calls
+    recent.add(calls)  # this trace's own calls count too
+    findings = request_levers(calls, report, recent)
+    recent.remember(calls)  # after: "an earlier request" is strictly earlier
+    hints = tuple(
+        Hint(f.kind, f.stage, f.spans, f.saving_ms, basis_count=f.basis)
+        for f in findings
+        if f.saving_ms is not None and f.saving_ms > 0
+    )
+    if hints:
+        report.hints += hints
