@@ -11,6 +11,7 @@ from latency_budget._core.accounting import union_length
 from latency_budget._core.calls import Call
 from latency_budget._core.estimators import shrunk_saving_ns, theil_sen
 from latency_budget._core.levers import LEVER_KINDS, RecordedBaseline, request_levers
+from latency_budget._core.recent import RecentCalls
 
 from .helpers import at, pipeline
 from .test_levers import MS, call, report_for
@@ -212,3 +213,16 @@ def test_the_processors_hints_stay_within_each_stages_time(
                 "latency_budget.hint.span_names",
                 "latency_budget.hint.span_ids",
             }
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(request=calls(), history=st.lists(calls(max_size=6), max_size=12))
+def test_the_processors_quick_test_never_skips_a_lever(request: list[Call], history: list[list[Call]]) -> None:
+    """When the recent calls say no lever can apply, request_levers indeed finds none (the skip is safe)."""
+    recent = RecentCalls()
+    for earlier in history:
+        recent.add(earlier)
+        recent.remember(earlier)
+    maybe = recent.add(request)
+    found = request_levers(request, report_for(request), recent)
+    assert maybe or found == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from latency_budget._config.model import StageBudget
 
@@ -44,6 +45,8 @@ _ARGUMENTS = (
     "input.value",
 )
 _SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
+_ARGUMENT_KEYS = frozenset(_ARGUMENTS)
+_LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
 _TO_TOOLS = frozenset({"tool_calls", "function_call", "tool_use"})
 
 
@@ -82,46 +85,82 @@ class Call:
 
 
 def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
-    """The :class:`Call` of each recorded stage span, in start order (then end, then span id)."""
-    calls = [
-        call_of(span_id, stages[stage].name, start, end, ttft, attrs) for span_id, stage, start, end, ttft, attrs in raw
-    ]
-    calls.sort(key=lambda c: (c.start_ns, c.end_ns, c.span_id))
+    """The calls a lever can use, in start order (then end, then span id).
+
+    Those are the stage spans with a model or arguments, and the other spans of their
+    stages (whose time the stage's union needs). A stage none of whose spans has either,
+    such as most tool and guardrail stages, gives none: reading its spans would cost the
+    root's end for nothing.
+    """
+    calls: list[Call] = []
+    others: list[RawCall] = []
+    used: set[int] = set()
+    for span_id, stage, start, end, ttft, attributes in raw:
+        if _LEVER_KEYS.isdisjoint(attributes):
+            others.append((span_id, stage, start, end, ttft, attributes))
+        else:
+            calls.append(call_of(span_id, stages[stage].name, start, end, ttft, attributes))
+            used.add(stage)
+    if not calls:
+        return ()
+    for span_id, stage, start, end, ttft, _ in others:
+        if stage in used:
+            name = stages[stage].name
+            streamed = ttft is not None
+            calls.append(
+                Call(span_id, name, start, end, ttft, None, None, None, False, streamed, False, None, None, None, None)
+            )
+    if len(calls) > 1:
+        calls.sort(key=_ORDER)
     return tuple(calls)
+
+
+_ORDER = attrgetter("start_ns", "end_ns", "span_id")
 
 
 def call_of(
     span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
 ) -> Call:
-    """Read one stage span's attributes; values of the wrong type count as absent."""
+    """Read one stage span's attributes; values of the wrong type count as absent.
+
+    This runs for every stage span when its root ends: the semantic-convention names are
+    read first, the other spellings only when those are missing.
+    """
     get: Callable[[str], object] = attributes.get
-    model = _first_str(get, _MODELS)
+    model = get(_MODELS[0])
+    if type(model) is not str or not model:
+        model = _first_str(get, _MODELS[1:])
     operation = get(_OPERATION)
-    generation = operation in GENERATION_OPERATIONS or get(_OPENINFERENCE_KIND) == "LLM"
-    tool = _first_str(get, _TOOL_NAMES)
-    target = model if model is not None else tool
-    if target is None:
-        source = get(_DATA_SOURCE)
-        target = source if type(source) is str else None
-    stream = get(_STREAM)
+    generation = operation in GENERATION_OPERATIONS or (operation is None and get(_OPENINFERENCE_KIND) == "LLM")
     input_tokens: int | None = None
     output_tokens: int | None = None
     response_model: str | None = None
     provider: str | None = None
     to_tools = False
     if model is not None:
-        input_tokens = _first_count(get, _INPUT_TOKENS)
-        output_tokens = _first_count(get, _OUTPUT_TOKENS)
+        target: str | None = model
+        found = get(_INPUT_TOKENS[0])
+        input_tokens = found if type(found) is int and found >= 0 else _first_count(get, _INPUT_TOKENS[1:])
+        found = get(_OUTPUT_TOKENS[0])
+        output_tokens = found if type(found) is int and found >= 0 else _first_count(get, _OUTPUT_TOKENS[1:])
         found = get(_RESPONSE_MODEL)
         response_model = found if type(found) is str else None
-        provider = _first_str(get, _PROVIDERS)
-        to_tools = _answered_with_tools(get(_FINISH_REASONS))
+        found = get(_PROVIDERS[0])
+        provider = found if type(found) is str and found else _first_str(get, _PROVIDERS[1:])
+        reasons = get(_FINISH_REASONS)
+        to_tools = reasons is not None and _answered_with_tools(reasons)
+    else:
+        target = _first_str(get, _TOOL_NAMES)
+        if target is None:
+            found = get(_DATA_SOURCE)
+            target = found if type(found) is str else None
     key = None
-    for name in _ARGUMENTS:
-        arguments = get(name)
-        if arguments is not None:
-            key = _identity(stage, operation, target, arguments, get(_SYSTEM_INSTRUCTIONS))
-            break
+    if not _ARGUMENT_KEYS.isdisjoint(attributes):
+        for name in _ARGUMENTS:
+            arguments = get(name)
+            if arguments is not None:
+                key = _identity(stage, operation, target, arguments, get(_SYSTEM_INSTRUCTIONS))
+                break
     return Call(
         span_id,
         stage,
@@ -132,7 +171,7 @@ def call_of(
         response_model,
         provider,
         generation,
-        stream is True or first_token_ns is not None,
+        first_token_ns is not None or get(_STREAM) is True,
         to_tools,
         input_tokens,
         output_tokens,
@@ -159,8 +198,6 @@ def _first_count(get: Callable[[str], object], names: tuple[str, ...]) -> int | 
 
 def _answered_with_tools(reasons: object) -> bool:
     """Whether finish reasons (a sequence, or a JSON array in a string as Jaeger keeps it) name tool calls."""
-    if reasons is None:
-        return False
     if isinstance(reasons, str):
         return any(reason in reasons for reason in _TO_TOOLS)
     if isinstance(reasons, (tuple, list)):

@@ -70,29 +70,36 @@ class Fit:
         return self.intercept + self.slope * x
 
 
-def theil_sen(points: Sequence[tuple[float, float]]) -> Fit | None:
+def theil_sen(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS) -> Fit | None:
     """The Theil-Sen line through ``(x, y)`` points, or ``None`` when the data cannot support one.
 
     ``None`` when there are fewer than :data:`MIN_FIT_POINTS` points or
     :data:`MIN_DISTINCT_X` distinct x values, when the slope's 95% interval does not
     lie wholly above zero (y does not demonstrably grow with x), or when the line
     explains less than :data:`MIN_R_SQUARED` of y's variance. More than
-    :data:`MAX_FIT_POINTS` points are first thinned to that many, evenly along x.
+    ``max_points`` (default :data:`MAX_FIT_POINTS`) points are first thinned to that
+    many, evenly along x.
     """
-    found = fit_or_reason(points)
+    found = fit_or_reason(points, max_points=max_points)
     return found if isinstance(found, Fit) else None
 
 
-def fit_or_reason(points: Sequence[tuple[float, float]]) -> Fit | str:
+def fit_or_reason(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS) -> Fit | str:
     """The fit :func:`theil_sen` gives, or why there is none, in a few words for people."""
-    finite = sorted((float(x), float(y)) for x, y in points if math.isfinite(x) and math.isfinite(y))
+    # The common refusals first, on the points as given: dropping non-finite ones only lowers both counts.
+    if len(points) < MIN_FIT_POINTS:
+        return f"{len(points)} calls, fewer than {MIN_FIT_POINTS}"
+    if len({x for x, _ in points}) < MIN_DISTINCT_X:
+        return f"fewer than {MIN_DISTINCT_X} distinct sizes"
+    finite = [(float(x), float(y)) for x, y in points if math.isfinite(x) and math.isfinite(y)]
     if len(finite) < MIN_FIT_POINTS:
         return f"{len(finite)} calls, fewer than {MIN_FIT_POINTS}"
     if len({x for x, _ in finite}) < MIN_DISTINCT_X:
         return f"fewer than {MIN_DISTINCT_X} distinct sizes"
-    if len(finite) > MAX_FIT_POINTS:
+    finite.sort()
+    if len(finite) > max_points:
         last = len(finite) - 1
-        finite = [finite[round(i * last / (MAX_FIT_POINTS - 1))] for i in range(MAX_FIT_POINTS)]
+        finite = [finite[round(i * last / (max_points - 1))] for i in range(max_points)]
     n = len(finite)
     slopes: list[float] = []
     for i in range(n - 1):

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from latency_budget._core.calls import Call
-from latency_budget._core.estimators import Fit, median, shrunk_saving_ns, theil_sen
+from latency_budget._core.estimators import MAX_FIT_POINTS, Fit, median, shrunk_saving_ns, theil_sen
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "LeverKind",
     "ModelStats",
     "RecordedBaseline",
-    "context_fit",
     "request_levers",
     "summarise",
 ]
@@ -84,14 +83,20 @@ class ModelStats:
     output_p50: float | None
     duration_fit: Fit | None  # duration (ms) on input tokens
     first_token_fit: Fit | None  # time to first token (ms) on input tokens, streamed calls
+    # The fit the context lever uses: time to first token where supported (prefill is what
+    # input tokens cost, without the output's length mixed in), else duration.
+    context_fit: Fit | None
     ms_per_output_token: float | None
     rate_calls: int
     rate_from: Literal["streamed", "fit"] | None
 
 
-def summarise(calls: Sequence[Call]) -> ModelStats:
-    """The statistics of a non-empty set of calls (of one model in one stage)."""
-    durations = [c.duration_ns / 1e6 for c in calls]
+def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) -> ModelStats:
+    """The statistics of a non-empty set of calls (of one model in one stage).
+
+    ``max_fit_points`` bounds the points of each fit (they are thinned evenly along x).
+    """
+    durations: list[float] = []
     first_tokens: list[float] = []
     by_input: list[tuple[float, float]] = []
     first_by_input: list[tuple[float, float]] = []
@@ -99,15 +104,19 @@ def summarise(calls: Sequence[Call]) -> ModelStats:
     inputs: list[float] = []
     outputs: list[float] = []
     rates: list[float] = []
-    for call, duration in zip(calls, durations, strict=True):
+    for call in calls:  # one pass, no property reads: the processor runs this on its recent calls
+        length = call.end_ns - call.start_ns
+        duration = length / 1e6 if length > 0 else 0.0
+        durations.append(duration)
         ttft = call.first_token_ns / 1e6 if call.first_token_ns is not None else None
         if ttft is not None:
             first_tokens.append(ttft)
-        if call.input_tokens is not None:
-            inputs.append(call.input_tokens)
-            by_input.append((call.input_tokens, duration))
+        tokens = call.input_tokens
+        if tokens is not None:
+            inputs.append(tokens)
+            by_input.append((tokens, duration))
             if ttft is not None:
-                first_by_input.append((call.input_tokens, ttft))
+                first_by_input.append((tokens, ttft))
         out = call.output_tokens
         if out is not None and call.generation:
             if ttft is not None and out > 0 and duration >= ttft:
@@ -120,8 +129,10 @@ def summarise(calls: Sequence[Call]) -> ModelStats:
     rate_from: Literal["streamed", "fit"] | None = None
     if len(rates) >= MIN_RATE_CALLS:
         rate, rate_calls, rate_from = median(rates), len(rates), "streamed"
-    elif (output_fit := theil_sen(by_output)) is not None:
+    elif (output_fit := theil_sen(by_output, max_points=max_fit_points)) is not None:
         rate, rate_calls, rate_from = output_fit.slope, output_fit.n, "fit"
+    duration_fit = theil_sen(by_input, max_points=max_fit_points)
+    first_token_fit = theil_sen(first_by_input, max_points=max_fit_points)
     return ModelStats(
         n=len(calls),
         duration_p50_ms=median(durations),
@@ -129,8 +140,9 @@ def summarise(calls: Sequence[Call]) -> ModelStats:
         first_token_p50_ms=median(first_tokens) if first_tokens else None,
         input_p50=median(inputs) if inputs else None,
         output_p50=median(outputs) if outputs else None,
-        duration_fit=theil_sen(by_input),
-        first_token_fit=theil_sen(first_by_input),
+        duration_fit=duration_fit,
+        first_token_fit=first_token_fit,
+        context_fit=first_token_fit if first_token_fit is not None else duration_fit,
         ms_per_output_token=rate,
         rate_calls=rate_calls,
         rate_from=rate_from,
@@ -145,6 +157,9 @@ class Baseline(Protocol):
 
     def models(self, stage: str) -> Sequence[tuple[str, ModelStats]]:
         """Every model seen in ``stage``, with its statistics."""
+
+    def model_count(self, stage: str) -> int:
+        """How many models were seen in ``stage`` (cheap: no statistics computed)."""
 
     def seen(self, key: int) -> bool:
         """Whether a call with this identity was made in an earlier request."""
@@ -191,6 +206,9 @@ class RecordedBaseline:
                 found.append((model, stats))
         return found
 
+    def model_count(self, stage: str) -> int:
+        return len(self._groups.get(stage, ()))
+
     def seen(self, key: int) -> bool:
         return key in self.earlier
 
@@ -219,34 +237,48 @@ class Finding:
 
 def request_levers(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
     """The levers that apply to one request: its calls (start order) and its report, against ``baseline``."""
-    if not calls:
-        return []
+    # Only stages with a model call or a call with arguments can have a lever: most spans of
+    # most stages have neither, and a root's end should not pay for them.
     by_stage: dict[str, list[Call]] = {}
+    relevant: dict[str, tuple[bool, bool]] = {}  # stage -> (has a model call, has a call with arguments)
+    streamable = False
     for call in calls:
-        by_stage.setdefault(call.stage, []).append(call)
+        members = by_stage.get(call.stage)
+        if members is None:
+            members = by_stage[call.stage] = []
+        members.append(call)
+        if call.model is not None or call.key is not None:
+            modelled, keyed = relevant.get(call.stage, (False, False))
+            relevant[call.stage] = (modelled or call.model is not None, keyed or call.key is not None)
+            streamable = streamable or (call.generation and not call.streamed and not call.to_tools)
+    if not relevant:
+        return []
     limits: dict[str, tuple[float, float]] = {}  # stage -> (its time, the most a total-time lever may save)
     for measured in report.stages:
-        if measured.stage in by_stage:
+        if measured.stage in relevant:
             actual, critical = measured.actual_ms, measured.critical_ms
             limits[measured.stage] = (actual, actual if critical is None else min(actual, critical))
     found: list[Finding] = []
-    streaming = _streaming(calls, report, limits, baseline)
-    if streaming is not None:
-        found.append(streaming)
-    for stage, members in by_stage.items():
-        if stage not in limits:
-            continue
-        cap = limits[stage][1]
+    if streamable:
+        streaming = _streaming(calls, report, limits, baseline)
+        if streaming is not None:
+            found.append(streaming)
+    for stage, (modelled, keyed) in relevant.items():
+        cap = limits[stage][1] if stage in limits else 0.0
         if cap <= 0:
             continue
-        for finding in (
-            _cache(stage, members, baseline, cap),
-            _model_choice(stage, members, baseline, cap),
-            _context_size(stage, members, baseline, cap),
-            _output_length(stage, members, baseline, cap),
-        ):
-            if finding is not None:
-                found.append(finding)
+        members = by_stage[stage]
+        if keyed and (finding := _cache(stage, members, baseline, cap)) is not None:
+            found.append(finding)
+        if not modelled:
+            continue
+        if baseline.model_count(stage) >= 2 and (finding := _model_choice(stage, members, baseline, cap)) is not None:
+            found.append(finding)
+        stats: dict[str, ModelStats | None] = {}
+        for call in members:
+            if call.model is not None and call.model not in stats:
+                stats[call.model] = baseline.stats(stage, call.model)
+        found.extend(_token_levers(stage, members, stats, cap))
     return found
 
 
@@ -340,63 +372,50 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest)
 
 
-def _context_size(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
-    shorter: dict[int, int] = {}
-    targets: dict[str, None] = {}
-    basis = 0
+def _token_levers(
+    stage: str, members: Sequence[Call], stats: dict[str, ModelStats | None], cap: float
+) -> list[Finding]:
+    """``context_size`` and ``output_length``: calls with more input (output) tokens than their model's median."""
+    trimmed: dict[int, int] = {}  # index -> duration with the context trimmed to the median
+    trimmed_models: dict[str, None] = {}
+    trimmed_basis = 0
+    cut_short: dict[int, int] = {}  # index -> duration with the output cut to the median
+    cut_models: dict[str, None] = {}
+    cut_basis = 0
     for index, call in enumerate(members):
-        if call.model is None or call.input_tokens is None:
+        model = call.model
+        found = stats.get(model) if model is not None else None
+        if found is None or model is None:
             continue
-        stats = baseline.stats(stage, call.model)
-        fit = context_fit(stats) if stats is not None else None
-        if stats is None or fit is None or stats.input_p50 is None:
-            continue
-        excess = call.input_tokens - stats.input_p50
-        if excess <= 0:
-            continue
-        cut = min(call.duration_ns, round(fit.slope * excess * 1e6))
-        if cut <= 0:
-            continue
-        shorter[index] = call.duration_ns - cut
-        targets[call.model] = None
-        basis = max(basis, fit.n)
-    if not shorter:
-        return None
-    saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-    if saving <= 0:
-        return None
-    return Finding("context_size", stage, len(shorter), saving, basis, tuple(targets))
-
-
-def context_fit(stats: ModelStats) -> Fit | None:
-    """The fit the context lever uses: time to first token on input tokens where supported (prefill is
-    what input tokens cost, without the output's length mixed in), else duration on input tokens."""
-    return stats.first_token_fit if stats.first_token_fit is not None else stats.duration_fit
-
-
-def _output_length(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
-    shorter: dict[int, int] = {}
-    targets: dict[str, None] = {}
-    basis = 0
-    for index, call in enumerate(members):
-        if call.model is None or call.output_tokens is None or not call.generation or call.to_tools:
-            continue
-        stats = baseline.stats(stage, call.model)
-        if stats is None or stats.ms_per_output_token is None or stats.output_p50 is None:
-            continue
-        excess = call.output_tokens - stats.output_p50
-        if excess <= 0 or stats.ms_per_output_token <= 0:
-            continue
-        floor = min(call.first_token_ns or 0, call.duration_ns)  # generation cannot start before the first token
-        cut = min(call.duration_ns - floor, round(stats.ms_per_output_token * excess * 1e6))
-        if cut <= 0:
-            continue
-        shorter[index] = call.duration_ns - cut
-        targets[call.model] = None
-        basis = max(basis, stats.rate_calls)
-    if not shorter:
-        return None
-    saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-    if saving <= 0:
-        return None
-    return Finding("output_length", stage, len(shorter), saving, basis, tuple(targets))
+        duration = call.duration_ns
+        fit = found.context_fit
+        if fit is not None and call.input_tokens is not None and found.input_p50 is not None:
+            excess = call.input_tokens - found.input_p50
+            cut = min(duration, round(fit.slope * excess * 1e6)) if excess > 0 else 0
+            if cut > 0:
+                trimmed[index] = duration - cut
+                trimmed_models[model] = None
+                trimmed_basis = max(trimmed_basis, fit.n)
+        rate = found.ms_per_output_token
+        out = call.output_tokens
+        if rate is not None and rate > 0 and out is not None and found.output_p50 is not None:
+            if not call.generation or call.to_tools:
+                continue
+            excess = out - found.output_p50
+            floor = min(call.first_token_ns or 0, duration)  # generation cannot start before the first token
+            cut = min(duration - floor, round(rate * excess * 1e6)) if excess > 0 else 0
+            if cut > 0:
+                cut_short[index] = duration - cut
+                cut_models[model] = None
+                cut_basis = max(cut_basis, found.rate_calls)
+    found_levers: list[Finding] = []
+    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int], ...] = (
+        ("context_size", trimmed, trimmed_models, trimmed_basis),
+        ("output_length", cut_short, cut_models, cut_basis),
+    )
+    for kind, shorter, models, basis in levers:
+        if shorter:
+            saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
+            if saving > 0:
+                found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models)))
+    return found_levers

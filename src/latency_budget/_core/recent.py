@@ -3,9 +3,10 @@
 A trace alone rarely says how fast another model would have been, or how latency grows
 with context: the last :data:`WINDOW` calls of each model in each stage do. The memory is
 bounded (at most :data:`MAX_SERIES` stage-and-model pairs, :data:`MAX_KEYS` call
-identities, kept as hashes). A series' statistics are recomputed when they are asked for
-after new calls, on every call while its window fills and then every half window, so a
-root's end rarely pays for a fit.
+identities, kept as hashes). A series' statistics are recomputed when asked for after new
+calls: after every call for its first :data:`EXACT_UP_TO` calls, then each time its count
+doubles, then every :data:`WINDOW` calls, and each fit uses at most :data:`FIT_POINTS`
+points, so a root's end rarely pays for one.
 
 Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
 are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
@@ -23,9 +24,11 @@ from latency_budget._core.hints import Hint
 from latency_budget._core.levers import ModelStats, request_levers, summarise
 from latency_budget._core.report import TraceReport
 
-__all__ = ["MAX_KEYS", "MAX_SERIES", "WINDOW", "RecentCalls", "add_lever_hints"]
+__all__ = ["EXACT_UP_TO", "FIT_POINTS", "MAX_KEYS", "MAX_SERIES", "WINDOW", "RecentCalls", "add_lever_hints"]
 
 WINDOW = 64  # calls remembered per model and stage
+EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
+FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
 
@@ -42,12 +45,13 @@ class _Series:
         self.stats: ModelStats | None = None
 
     def summary(self) -> ModelStats | None:
-        if self.added >= self.due:
+        added = self.added
+        if added >= self.due:
             snapshot = list(self.calls)
             if snapshot:
-                self.stats = summarise(snapshot)
-            # Every call while the window fills, then every half window.
-            self.due = self.added + (1 if len(snapshot) < WINDOW else WINDOW // 2)
+                self.stats = summarise(snapshot, max_fit_points=FIT_POINTS)
+            # After every call up to EXACT_UP_TO calls, then each time they double, then every WINDOW.
+            self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + WINDOW)
         return self.stats
 
 
@@ -59,12 +63,23 @@ class RecentCalls:
         self._count = 0
         self._keys: dict[int, None] = {}  # oldest first
 
-    def add(self, calls: Sequence[Call]) -> None:
-        """Remember the model calls among ``calls``."""
+    def add(self, calls: Sequence[Call]) -> bool:
+        """Remember the model calls among ``calls``; whether a lever may apply to them.
+
+        ``False`` means that :func:`~latency_budget._core.levers.request_levers` would
+        find nothing (a cheap test on what the recent calls say, so that most roots skip
+        it); ``True`` only that it may find something.
+        """
+        maybe = False
+        added: list[tuple[Call, dict[str, _Series], _Series]] = []
         for call in calls:
+            if call.key is not None:
+                maybe = True
             model = call.model
             if model is None:
                 continue
+            if call.generation and not call.streamed and not call.to_tools:
+                maybe = True  # a streaming candidate
             models = self._series.get(call.stage)
             if models is None:
                 models = self._series.setdefault(call.stage, {})
@@ -76,6 +91,25 @@ class RecentCalls:
                 series = models.setdefault(model, _Series())
             series.calls.append(call)
             series.added += 1
+            added.append((call, models, series))
+        if maybe:
+            return True
+        for call, models, series in added:  # after every append: the statistics request_levers will see
+            if len(models) >= 2:
+                return True  # models to compare
+            stats = series.summary()
+            if stats is None:
+                continue
+            median_in, median_out = stats.input_p50, stats.output_p50
+            if stats.context_fit is not None and median_in is not None and (call.input_tokens or 0) > median_in:
+                return True
+            if (
+                stats.ms_per_output_token is not None
+                and median_out is not None
+                and (call.output_tokens or 0) > median_out
+            ):
+                return True
+        return False
 
     def remember(self, calls: Sequence[Call]) -> None:
         """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
@@ -101,6 +135,9 @@ class RecentCalls:
                 found.append((model, stats))
         return found
 
+    def model_count(self, stage: str) -> int:
+        return len(self._series.get(stage, ()))
+
     def seen(self, key: int) -> bool:
         return key in self._keys
 
@@ -110,10 +147,14 @@ def add_lever_hints(
 ) -> None:
     """Give ``report`` its calls and a hint per lever that recent calls give an estimate for."""
     calls = calls_of(raw, stages)
+    if not calls:
+        return
     report.calls = calls
-    recent.add(calls)  # this trace's own calls count too
-    findings = request_levers(calls, report, recent)
+    maybe = recent.add(calls)  # this trace's own calls count too
+    findings = request_levers(calls, report, recent) if maybe else ()
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
+    if not findings:
+        return
     hints = tuple(
         Hint(f.kind, f.stage, f.spans, f.saving_ms, basis_count=f.basis)
         for f in findings
