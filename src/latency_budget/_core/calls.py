@@ -47,6 +47,9 @@ _ARGUMENTS = (
 _SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 _ARGUMENT_KEYS = frozenset(_ARGUMENTS)
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
+_MODEL = _MODELS[0]
+# The spellings of the counts and the provider other than the semantic conventions'.
+_OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = frozenset({"tool_calls", "function_call", "tool_use"})
 
 
@@ -95,12 +98,15 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Cal
     calls: list[Call] = []
     others: list[RawCall] = []
     used: set[int] = set()
-    for span_id, stage, start, end, ttft, attributes in raw:
-        if _LEVER_KEYS.isdisjoint(attributes):
-            others.append((span_id, stage, start, end, ttft, attributes))
-        else:
+    for item in raw:
+        attributes = item[5]
+        # A model name (the common case, one lookup) or any of the keys a lever reads.
+        if _MODEL in attributes or not _LEVER_KEYS.isdisjoint(attributes):
+            span_id, stage, start, end, ttft, _ = item
             calls.append(call_of(span_id, stages[stage].name, start, end, ttft, attributes))
             used.add(stage)
+        else:
+            others.append(item)
     if not calls:
         return ()
     for span_id, stage, start, end, ttft, _ in others:
@@ -127,9 +133,13 @@ def call_of(
     read first, the other spellings only when those are missing.
     """
     get: Callable[[str], object] = attributes.get
-    model = get(_MODELS[0])
+    model = get(_MODEL)
     if type(model) is not str or not model:
         model = _first_str(get, _MODELS[1:])
+    # Older and OpenInference spellings of the counts and the provider are looked for only
+    # when a semantic-convention name is missing and the span has any of them (one set
+    # operation; most spans have none).
+    other = None
     operation = get(_OPERATION)
     generation = operation in GENERATION_OPERATIONS or (operation is None and get(_OPENINFERENCE_KIND) == "LLM")
     input_tokens: int | None = None
@@ -140,13 +150,22 @@ def call_of(
     if model is not None:
         target: str | None = model
         found = get(_INPUT_TOKENS[0])
-        input_tokens = found if type(found) is int and found >= 0 else _first_count(get, _INPUT_TOKENS[1:])
+        if type(found) is int and found >= 0:
+            input_tokens = found
+        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
+            input_tokens = _first_count(get, _INPUT_TOKENS[1:])
         found = get(_OUTPUT_TOKENS[0])
-        output_tokens = found if type(found) is int and found >= 0 else _first_count(get, _OUTPUT_TOKENS[1:])
+        if type(found) is int and found >= 0:
+            output_tokens = found
+        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
+            output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
         found = get(_RESPONSE_MODEL)
         response_model = found if type(found) is str else None
         found = get(_PROVIDERS[0])
-        provider = found if type(found) is str and found else _first_str(get, _PROVIDERS[1:])
+        if type(found) is str and found:
+            provider = found
+        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
+            provider = _first_str(get, _PROVIDERS[1:])
         reasons = get(_FINISH_REASONS)
         to_tools = reasons is not None and _answered_with_tools(reasons)
     else:

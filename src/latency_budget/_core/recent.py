@@ -5,8 +5,9 @@ with context: the last :data:`WINDOW` calls of each model in each stage do. The 
 bounded (at most :data:`MAX_SERIES` stage-and-model pairs, :data:`MAX_KEYS` call
 identities, kept as hashes). A series' statistics are recomputed when asked for after new
 calls: after every call for its first :data:`EXACT_UP_TO` calls, then each time its count
-doubles, then every :data:`WINDOW` calls, and each fit uses at most :data:`FIT_POINTS`
-points, so a root's end rarely pays for one.
+doubles, then every :data:`REFRESH` calls (so the statistics describe the last
+:data:`WINDOW` calls as of at most that many calls ago), and each fit uses at most
+:data:`FIT_POINTS` points, so a root's end rarely pays for one.
 
 Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
 are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
@@ -24,10 +25,20 @@ from latency_budget._core.hints import Hint
 from latency_budget._core.levers import ModelStats, request_levers, summarise
 from latency_budget._core.report import TraceReport
 
-__all__ = ["EXACT_UP_TO", "FIT_POINTS", "MAX_KEYS", "MAX_SERIES", "WINDOW", "RecentCalls", "add_lever_hints"]
+__all__ = [
+    "EXACT_UP_TO",
+    "FIT_POINTS",
+    "MAX_KEYS",
+    "MAX_SERIES",
+    "REFRESH",
+    "WINDOW",
+    "RecentCalls",
+    "add_lever_hints",
+]
 
 WINDOW = 64  # calls remembered per model and stage
 EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
+REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
@@ -50,8 +61,8 @@ class _Series:
             snapshot = list(self.calls)
             if snapshot:
                 self.stats = summarise(snapshot, max_fit_points=FIT_POINTS)
-            # After every call up to EXACT_UP_TO calls, then each time they double, then every WINDOW.
-            self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + WINDOW)
+            # After every call up to EXACT_UP_TO calls, then each time they double, then every REFRESH.
+            self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + REFRESH)
         return self.stats
 
 

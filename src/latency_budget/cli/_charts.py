@@ -2,8 +2,9 @@
 
 Plain SVG and HTML strings, no scripts and no network, like the rest of the page: a
 chart per stage of its models' durations (p50 bar, p95 whisker, p99 tick, median first
-token as a dot), and per model a scatter of latency against input tokens with the
-Theil-Sen line drawn only where the data supports a fit.
+token as a dot), and per model two scatter plots against input tokens, of duration and
+of time to first token, each with its Theil-Sen line drawn only where the data supports
+a fit.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
 
-from ._levers import ContextRow, LeverAnalysis, ModelRow
+from ._levers import LeverAnalysis, ModelRow
 from ._where import total_text
 
 __all__ = ["LEVER_CSS", "context_section", "escape", "models_section", "nice_ceiling", "where_section"]
@@ -37,10 +38,15 @@ svg .pt-ft { fill: var(--warn); opacity: .45; }
 svg .fit { stroke: var(--ink); stroke-width: 2; }
 svg .fit-ft { stroke: var(--warn); stroke-width: 2; stroke-dasharray: 6 3; }
 svg text.model { fill: var(--ink); font-size: 11px; }
+.context-cards { display: grid; gap: 14px; }
+.context-card .pair { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 10px; }
+.context-card figure { margin: 0; }
+.context-card figcaption { color: var(--muted); font-size: 12px; min-height: 32px; }
+.chart-card h3 small { color: var(--muted); font-weight: normal; }
 """
 
 _W, _PAD_L, _PAD_R, _ROW_H, _TOP, _BOTTOM = 560, 150, 12, 24, 8, 22
-_SC_H, _SC_L, _SC_B, _SC_T = 230, 48, 30, 10
+_SC_W, _SC_H, _SC_L, _SC_B, _SC_T = 420, 230, 52, 30, 10
 
 
 def escape(text: object) -> str:
@@ -144,24 +150,32 @@ def _models_chart(rows: list[ModelRow]) -> str:
 
 
 def context_section(levers: LeverAnalysis) -> str:
-    """One scatter plot per stage and model with input tokens: duration and first token, and their fits."""
+    """Per stage and model with input tokens: duration and time to first token against them, each with its fit."""
     rows = [row for row in levers.contexts if row.points]
     if not rows:
         return '<p class="sub">No model call records gen_ai.usage.input_tokens.</p>'
     cards = []
     for row in rows:
-        caption = "; ".join(
-            [
-                f"duration: {_fit_caption(row.duration_fit, row.duration_reason)}",
-                f"first token: {_fit_caption(row.first_token_fit, row.first_token_reason)}",
-            ]
-        )
+        durations = [(x, y) for x, y, _ in row.points]
+        firsts = [(x, first) for x, _, first in row.points if first is not None]
+        plots = [
+            f'<figure data-metric="duration"><figcaption>duration: '
+            f"{escape(_fit_caption(row.duration_fit, row.duration_reason))}</figcaption>"
+            f"{_scatter(durations, row.duration_fit, 'pt', 'fit', 'duration')}</figure>"
+        ]
+        if firsts:
+            plots.append(
+                f'<figure data-metric="first_token"><figcaption>first token: '
+                f"{escape(_fit_caption(row.first_token_fit, row.first_token_reason))}</figcaption>"
+                f"{_scatter(firsts, row.first_token_fit, 'pt-ft', 'fit-ft', 'time to first token')}</figure>"
+            )
+        where = f'data-stage="{escape(row.stage)}" data-model="{escape(row.model)}"'
         cards.append(
-            f'<section class="chart-card" data-stage="{escape(row.stage)}" data-model="{escape(row.model)}">'
-            f"<h3>{escape(row.stage)} · {escape(row.model)}</h3>"
-            f'<div class="stats">{escape(caption)}</div>{_scatter(row)}</section>'
+            f'<section class="chart-card context-card" {where}>'
+            f"<h3>{escape(row.stage)} · {escape(row.model)} <small>({row.count} calls)</small></h3>"
+            f'<div class="pair">{"".join(plots)}</div></section>'
         )
-    return f'<div class="charts" id="context">{"".join(cards)}</div>'
+    return f'<div class="context-cards" id="context">{"".join(cards)}</div>'
 
 
 def _fit_caption(fit: Fit | None, reason: str) -> str:
@@ -173,12 +187,12 @@ def _fit_caption(fit: Fit | None, reason: str) -> str:
     )
 
 
-def _scatter(row: ContextRow) -> str:
-    xs = [x for x, _, _ in row.points]
-    ys = sorted(y for _, y, _ in row.points)
-    x_span = nice_ceiling(max(xs))
+def _scatter(points: list[tuple[float, float]], fit: Fit | None, dot: str, line: str, what: str) -> str:
+    """Points (input tokens, ms) on axes from zero, the fit's line over the range it was fitted on."""
+    ys = sorted(y for _, y in points)
+    x_span = nice_ceiling(max(x for x, _ in points))
     y_span = nice_ceiling(ys[min(len(ys) - 1, math.ceil(0.995 * len(ys)))])
-    plot_w = _W - _SC_L - _PAD_R
+    plot_w = _SC_W - _SC_L - _PAD_R
     plot_h = _SC_H - _SC_T - _SC_B
 
     def px(tokens: float) -> float:
@@ -188,26 +202,22 @@ def _scatter(row: ContextRow) -> str:
         return _SC_T + plot_h - max(0.0, min(ms, y_span)) / y_span * plot_h
 
     parts = [
-        f'<svg class="context" viewBox="0 0 {_W} {_SC_H}" role="img" '
-        f'aria-label="latency against input tokens, {len(row.points)} calls">',
-        f'<line class="axis" x1="{_SC_L}" y1="{_SC_T + plot_h}" x2="{_W - _PAD_R}" y2="{_SC_T + plot_h}"/>',
+        f'<svg class="context" viewBox="0 0 {_SC_W} {_SC_H}" role="img" '
+        f'aria-label="{escape(what)} against input tokens, {len(points)} calls">',
+        f'<line class="axis" x1="{_SC_L}" y1="{_SC_T + plot_h}" x2="{_SC_W - _PAD_R}" y2="{_SC_T + plot_h}"/>',
         f'<line class="axis" x1="{_SC_L}" y1="{_SC_T}" x2="{_SC_L}" y2="{_SC_T + plot_h}"/>',
     ]
-    for tokens, duration, first in row.points:
-        parts.append(f'<circle class="pt" cx="{px(tokens):.1f}" cy="{py(duration):.1f}" r="2.5"/>')
-        if first is not None:
-            parts.append(f'<circle class="pt-ft" cx="{px(tokens):.1f}" cy="{py(first):.1f}" r="2.5"/>')
-    for fit, css in ((row.duration_fit, "fit"), (row.first_token_fit, "fit-ft")):
-        if fit is not None:
-            parts.append(
-                f'<line class="{css}" x1="{px(fit.x_low):.1f}" y1="{py(fit.predict(fit.x_low)):.1f}" '
-                f'x2="{px(fit.x_high):.1f}" y2="{py(fit.predict(fit.x_high)):.1f}">'
-                f"<title>{escape(_fit_caption(fit, ''))}</title></line>"
-            )
+    parts.extend(f'<circle class="{dot}" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5"/>' for x, y in points)
+    if fit is not None:
+        parts.append(
+            f'<line class="{line}" x1="{px(fit.x_low):.1f}" y1="{py(fit.predict(fit.x_low)):.1f}" '
+            f'x2="{px(fit.x_high):.1f}" y2="{py(fit.predict(fit.x_high)):.1f}">'
+            f"<title>{escape(_fit_caption(fit, ''))}</title></line>"
+        )
     for tick in (0.0, x_span / 2, x_span):
         anchor = "start" if tick == 0 else "end" if tick == x_span else "middle"
         parts.append(f'<text x="{px(tick):.1f}" y="{_SC_H - 14}" text-anchor="{anchor}">{tick:,.0f}</text>')
-    parts.append(f'<text x="{_W - _PAD_R}" y="{_SC_H - 2}" text-anchor="end">input tokens</text>')
+    parts.append(f'<text x="{_SC_W - _PAD_R}" y="{_SC_H - 2}" text-anchor="end">input tokens</text>')
     for tick in (0.0, y_span / 2, y_span):
         parts.append(f'<text x="{_SC_L - 4}" y="{py(tick) + 4:.1f}" text-anchor="end">{escape(format_ms(tick))}</text>')
     parts.append("</svg>")

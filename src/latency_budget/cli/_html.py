@@ -149,8 +149,9 @@ per request where it applies; levers overlap, so their savings do not add up.</p
 the median time to first token of streamed calls.</p>
 {models_section(levers)}
 <h2>Context size</h2>
-<p class="sub">Latency against gen_ai.usage.input_tokens per call: blue duration, orange time to first token; a line is
-drawn only where a Theil-Sen fit is supported (enough calls and sizes, a slope whose 95% interval is above zero).</p>
+<p class="sub">Each call's duration (blue) and time to first token (orange, streamed calls) against its
+gen_ai.usage.input_tokens; a line is drawn only where a Theil-Sen fit is supported (enough calls and sizes, a slope
+whose 95% interval is above zero, R² of at least 0.05).</p>
 {context_section(levers)}
 <h2>The slowest request</h2>
 {waterfall}
