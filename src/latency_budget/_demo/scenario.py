@@ -424,7 +424,8 @@ def _tool_arguments(name: str, state: _Agent) -> str:
         return f'{{"query": "{state.question}"}}'
     if name == "check_account_status":
         return f'{{"account_id": "{state.account_id}"}}'
-    return f'{{"account_id": "{state.account_id}", "summary": "{state.question}"}}'
+    # A ticket is created, not looked up: each call is a new one.
+    return f'{{"account_id": "{state.account_id}", "summary": "{state.question}", "attempt": {len(state.called)}}}'
 
 
 def _tool_calls(time: _Timeline, agent: PlannedSpan, state: _Agent, mode: ToolMode) -> int:
