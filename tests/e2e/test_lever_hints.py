@@ -11,6 +11,7 @@ hint, and its Prometheus endpoint the savings histogram, with bounded dimensions
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Mapping
@@ -61,6 +62,8 @@ HINT_KEYS = {
     "latency_budget.hint.span_count",
     "latency_budget.hint.potential_savings_ms",
     "latency_budget.hint.basis_count",
+    "latency_budget.hint.span_names",  # at most five, each at most 120 characters
+    "latency_budget.hint.span_ids",
 }
 QUERY = "where is my order"
 # Two models: a first token after base + prefill per input token, then per_token per output token.
@@ -179,13 +182,16 @@ def sent(otel_collector_keep_all: CollectorService) -> Sent:
     return send(otel_collector_keep_all, f"e2e-levers-{uuid.uuid4().hex[:8]}")
 
 
-def _root(jaeger: JaegerService, trace_id: str) -> dict[str, Any]:
+def _trace(jaeger: JaegerService, trace_id: str) -> dict[str, Any]:
     def probe() -> dict[str, Any] | None:
         found = jaeger.get_trace(trace_id)
-        spans = jaeger_spans(found) if found is not None else []
-        return jaeger_root(found) if found is not None and len(spans) == 7 else None
+        return found if found is not None and len(jaeger_spans(found)) == 7 else None
 
     return poll(probe, timeout=DELIVERY_TIMEOUT_S, what=f"all spans of trace {trace_id} in Jaeger")
+
+
+def _root(jaeger: JaegerService, trace_id: str) -> dict[str, Any]:
+    return jaeger_root(_trace(jaeger, trace_id))
 
 
 def test_every_lever_hint_is_on_the_root_span_in_jaeger(sent: Sent, jaeger: JaegerService) -> None:
@@ -216,6 +222,14 @@ def test_every_lever_hint_is_on_the_root_span_in_jaeger(sent: Sent, jaeger: Jaeg
     assert streaming["latency_budget.hint.potential_savings_ms"] == 9500.0 - 1000.0
     assert streaming["latency_budget.hint.basis_count"] == 13
     assert by_lever["iterations", "model_call"]["latency_budget.hint.span_count"] == 3
+    # Each names its spans: the non-streamed answer, the two identical tool calls' second.
+    assert streaming["latency_budget.hint.span_names"] == '["chat gpt-4o"]'  # Jaeger: arrays as JSON
+    assert json.loads(by_lever["cache", "tool_calls"]["latency_budget.hint.span_names"]) == [
+        "execute_tool lookup_order"
+    ]
+    spans = {s["spanID"]: s["operationName"] for s in jaeger_spans(_trace(jaeger, sent.trace_id))}
+    for hint in hints:
+        assert all(spans[span_id] for span_id in str(hint["latency_budget.hint.span_ids"]).split())
 
 
 def test_each_hint_is_a_bounded_log_record_in_the_collector(sent: Sent) -> None:

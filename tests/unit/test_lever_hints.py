@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from opentelemetry import trace
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
@@ -55,18 +56,28 @@ class Requests:
     def __init__(self) -> None:
         self.p: Pipeline = pipeline(BUDGETS)
         self.now = 0.0
+        self.children: list[trace.Span] = []  # the last request's
 
     def send(self, *children: tuple[str, float, Mapping[str, AttributeValue]]) -> ReadableSpan:
         """A request whose children (name, duration ms, attributes) run back to back; its exported root."""
         name = f"request {self.now:g}"
         root = self.p.start(name, self.now)
         cursor = self.now
+        self.children = []
         for child, duration, attributes in children:
-            self.p.run(child, cursor, cursor + duration, parent=root, attributes=attributes)
+            self.children.append(self.p.run(child, cursor, cursor + duration, parent=root, attributes=attributes))
             cursor += duration
         root.end(end_time=at(cursor))
         self.now = cursor + 100
         return self.p.span(name)
+
+    def named(self, *indexes: int) -> dict[str, object]:
+        """The hint attributes naming the last request's children at ``indexes``."""
+        spans = [self.children[i] for i in indexes]
+        return {
+            attr.HINT_SPAN_NAMES: tuple(str(getattr(span, "name", "")) for span in spans),
+            attr.HINT_SPAN_IDS: " ".join(f"{span.get_span_context().span_id:016x}" for span in spans),
+        }
 
 
 def hints(span: ReadableSpan) -> dict[str, dict[str, object]]:
@@ -91,6 +102,7 @@ def test_streaming_estimated_from_earlier_streamed_calls_of_the_model() -> None:
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 1250.0,
         attr.HINT_BASIS_COUNT: 3,
+        **r.named(0),
     }
 
 
@@ -106,6 +118,7 @@ def test_identical_calls_within_and_across_requests_earn_a_cache_hint() -> None:
         attr.HINT_SPAN_COUNT: 2,  # the third has the same arguments too (other attributes do not count)
         attr.HINT_SAVINGS_MS: 150.0,
         attr.HINT_BASIS_COUNT: 2,
+        **r.named(1, 2),
     }
     search = {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "where is my order"}
     assert hints(r.send(("search", 40, search))) == {}
@@ -125,6 +138,7 @@ def test_a_slower_model_is_compared_with_the_fastest_one_in_its_stage() -> None:
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 300.0,
         attr.HINT_BASIS_COUNT: 10,
+        **r.named(0),
     }
 
 
@@ -140,6 +154,7 @@ def test_a_large_context_is_trimmed_to_the_median_at_the_fitted_slope() -> None:
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 100.0,
         attr.HINT_BASIS_COUNT: 11,
+        **r.named(0),
     }
     assert "streaming" not in found  # non-streamed, but no streamed call of m to estimate from
 
@@ -156,6 +171,7 @@ def test_a_long_answer_is_cut_to_the_median_at_the_models_time_per_token() -> No
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 1500.0,  # 10 ms x (500 - 350)
         attr.HINT_BASIS_COUNT: 6,
+        **r.named(0),
     }
 
 

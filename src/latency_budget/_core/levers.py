@@ -222,7 +222,7 @@ class Finding:
     the estimate rests on; ``targets`` the models, tools or data sources involved, and
     ``instead`` the faster model for ``model_choice``: for people, never for telemetry.
     ``repeated_within`` counts, for ``cache``, the calls repeated within the request
-    (the others repeated an earlier request's).
+    (the others repeated an earlier request's); ``span_ids`` are the calls it concerns.
     """
 
     kind: LeverKind
@@ -233,6 +233,7 @@ class Finding:
     targets: tuple[str, ...] = ()
     instead: str | None = None
     repeated_within: int = 0
+    span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
 
 
 def request_levers(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
@@ -306,16 +307,21 @@ def _streaming(
     stats = baseline.stats(call.stage, call.model)
     streamed = stats.streamed if stats is not None else 0
     if stats is None or stats.first_token_p50_ms is None or streamed < MIN_STREAMED:
-        return Finding("streaming", call.stage, 1, None, streamed, (call.model,))
+        return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
     duration = call.duration_ns / 1e6
     saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
     if saving <= 0:  # shorter than a streamed call's first token: streaming would not help
         return None
-    return Finding("streaming", call.stage, 1, saving, streamed, (call.model,))
+    return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,))
 
 
 def _intervals(members: Sequence[Call]) -> list[tuple[int, int]]:
     return [(c.start_ns, c.end_ns) for c in members]
+
+
+def _span_ids(members: Sequence[Call], chosen: dict[int, int]) -> tuple[int, ...]:
+    """The span ids of the chosen calls (indexes into ``members``), in start order."""
+    return tuple(members[index].span_id for index in sorted(chosen))
 
 
 def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
@@ -341,7 +347,8 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
     saving = min(cap, shrunk_saving_ns(_intervals(members), repeated) / 1e6)
     if saving <= 0:
         return None
-    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within)
+    ids = _span_ids(members, repeated)
+    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids)
 
 
 def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
@@ -369,7 +376,8 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
     if saving <= 0:
         return None
-    return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest)
+    ids = _span_ids(members, shorter)
+    return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids)
 
 
 def _token_levers(
@@ -417,5 +425,6 @@ def _token_levers(
         if shorter:
             saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
             if saving > 0:
-                found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models)))
+                ids = _span_ids(members, shorter)
+                found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids))
     return found_levers

@@ -17,11 +17,11 @@ is needed: a race can only make an estimate one call staler.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from latency_budget._config.model import StageBudget
 from latency_budget._core.calls import Call, RawCall, calls_of
-from latency_budget._core.hints import Hint
+from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import ModelStats, request_levers, summarise
 from latency_budget._core.report import TraceReport
 
@@ -154,9 +154,16 @@ class RecentCalls:
 
 
 def add_lever_hints(
-    recent: RecentCalls, raw: Sequence[RawCall], stages: Sequence[StageBudget], report: TraceReport
+    recent: RecentCalls,
+    raw: Sequence[RawCall],
+    stages: Sequence[StageBudget],
+    report: TraceReport,
+    names: Mapping[int, str] | None = None,
 ) -> None:
-    """Give ``report`` its calls and a hint per lever that recent calls give an estimate for."""
+    """Give ``report`` its calls and a hint per lever that recent calls give an estimate for.
+
+    ``names`` (span id -> name) names the spans of each hint, as for the other hints.
+    """
     calls = calls_of(raw, stages)
     if not calls:
         return
@@ -166,8 +173,17 @@ def add_lever_hints(
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
     if not findings:
         return
+    known = names if names is not None else {}
     hints = tuple(
-        Hint(f.kind, f.stage, f.spans, f.saving_ms, basis_count=f.basis)
+        Hint(
+            f.kind,
+            f.stage,
+            f.spans,
+            f.saving_ms,
+            f.span_ids[:NAMED_SPANS],
+            tuple(known.get(span_id, "") for span_id in f.span_ids[:NAMED_SPANS]),
+            f.basis,
+        )
         for f in findings
         if f.saving_ms is not None and f.saving_ms > 0
     )
