@@ -30,7 +30,8 @@ Five levers are read from the calls' attributes (sequential calls and iterations
 
 Every saving is a wall-clock saving of the stage (overlapping calls count once, see
 :func:`~latency_budget._core.estimators.shrunk_saving_ns`), capped at the stage's time
-in the request and, for total-time levers, at its critical-path time.
+in the request and, for total-time levers, at its critical-path time. A lever that would
+save less than :data:`MIN_SAVING_MS` in a request is left out.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ __all__ = [
     "LEVER_KINDS",
     "MIN_MODEL_CALLS",
     "MIN_RATE_CALLS",
+    "MIN_SAVING_MS",
     "MIN_STREAMED",
     "Baseline",
     "Finding",
@@ -63,6 +65,7 @@ LEVER_KINDS: tuple[LeverKind, ...] = ("streaming", "cache", "model_choice", "con
 MIN_STREAMED = 3  # streamed calls of a model before its first token is a basis for the streaming lever
 MIN_MODEL_CALLS = 10  # calls of each model before two are compared
 MIN_RATE_CALLS = 5  # streamed calls with output tokens before a time per output token is taken from them
+MIN_SAVING_MS = 1.0  # a lever that would save less than this in a request is not worth a hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +313,7 @@ def _streaming(
         return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
     duration = call.duration_ns / 1e6
     saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
-    if saving <= 0:  # shorter than a streamed call's first token: streaming would not help
+    if saving < MIN_SAVING_MS:  # not shorter than a streamed call's first token: streaming would not help
         return None
     return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,))
 
@@ -345,7 +348,7 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
     if not repeated:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), repeated) / 1e6)
-    if saving <= 0:
+    if saving < MIN_SAVING_MS:  # identical calls side by side: a cache would not shorten the stage
         return None
     ids = _span_ids(members, repeated)
     return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids)
@@ -374,7 +377,7 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     if not shorter:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-    if saving <= 0:
+    if saving < MIN_SAVING_MS:
         return None
     ids = _span_ids(members, shorter)
     return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids)
@@ -424,7 +427,7 @@ def _token_levers(
     for kind, shorter, models, basis in levers:
         if shorter:
             saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-            if saving > 0:
+            if saving >= MIN_SAVING_MS:
                 ids = _span_ids(members, shorter)
                 found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids))
     return found_levers
