@@ -12,6 +12,7 @@ __all__ = [
     "CALLS",
     "CONTRACT_VERSION",
     "CRITICAL_STAGE",
+    "HINT_BASIS_COUNT",
     "HINT_EVENT",
     "HINT_KIND",
     "HINT_SAVINGS_MS",
@@ -80,6 +81,7 @@ HINT_SPAN_COUNT = "latency_budget.hint.span_count"
 HINT_SAVINGS_MS = "latency_budget.hint.potential_savings_ms"
 HINT_SPAN_NAMES = "latency_budget.hint.span_names"  # at most 5 names, in start order
 HINT_SPAN_IDS = "latency_budget.hint.span_ids"  # the same spans' ids, hex, separated by spaces
+HINT_BASIS_COUNT = "latency_budget.hint.basis_count"  # calls an estimated lever rests on
 
 # The span event (and log record) for each violation.
 VIOLATION_EVENT = "latency_budget.violation"

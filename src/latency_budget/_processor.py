@@ -30,6 +30,7 @@ from latency_budget._config import BudgetConfig
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.recent import RecentCalls, add_lever_hints
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -142,6 +143,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             self._on_report = tuple(on_report)
         self._max_spans = max_spans_per_trace
         self._table = TraceTable(max_active_traces, int(idle_ttl_s * 1e9))
+        self._recent = RecentCalls()  # what lever hints are estimated from (bounded)
         self._by_trace = self._table.by_trace  # read on every span, with no call and no lock
         self._shutdown = False
         if hasattr(os, "register_at_fork"):
@@ -342,6 +344,11 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.truncated:
             self._table.count_truncated()
         report = state.report(start, end, trace_id=state.trace_id, root_name=name)
+        if state.calls:
+            try:
+                add_lever_hints(self._recent, state.outermost_calls(), state.budgets.stages, report, state.names)
+            except Exception as exc:  # the verdict stands without the lever hints
+                _guard.log_internal_error("lever hints", exc)
         root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
         if stage >= 0:
             root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}

@@ -6,7 +6,10 @@ values and call :func:`evaluate_spans`. Each span is recorded by
 and judged by the same :meth:`TraceState.report`, so a recorded trace gets the verdict it
 got (or would have got) in production. As live, a span's ``latency_budget.stage`` label
 (written when it started) decides its stage when it names a stage of this budget file;
-other spans are classified by the file's rules on their final attributes.
+other spans are classified by the file's rules on their final attributes. The one
+difference: the live processor adds lever hints estimated from the calls of recent
+traces; here each report gets its calls instead, and the CLI estimates the levers over the
+whole recording (:mod:`latency_budget.cli._levers`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
+from latency_budget._core.call_facts import calls_of
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 
@@ -56,6 +60,8 @@ def evaluate_spans(
     whether the root is a request (the budget file's ``requests``) and its profile are
     decided from the root's name, kind and attributes (here, its final ones). With
     ``every_root``, every local root is judged, whatever ``requests`` says.
+    Each report carries its stage calls (``calls``, outermost calls only) for the lever
+    estimates.
     """
     by_id: dict[tuple[int, int], SpanRecord] = {}
     for span in spans:
@@ -111,7 +117,11 @@ def evaluate_spans(
                 span.attributes,
                 span,
             )
-        reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
+        report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
+        report.calls = calls_of(
+            state.outermost_calls(), budgets.stages
+        )  # the levers are estimated over all requests (CLI)
+        reports.append(report)
     return reports
 
 

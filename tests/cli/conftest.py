@@ -63,3 +63,15 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: 
     assert lines[0].startswith("latency-budget")
     for fragment in fragments:
         assert fragment in lines[0]
+
+
+DEMO_REQUESTS = 200
+
+
+@pytest.fixture(scope="session")
+def demo_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The spans of a default demo run (200 requests, seed 7), saved as OTLP JSON lines by ``demo --save-traces``."""
+    path = tmp_path_factory.mktemp("demo-traces") / "traces.jsonl"
+    result = run_cli("demo", "-n", str(DEMO_REQUESTS), "--show", "0", "--save-traces", path)
+    assert result.returncode == 0, result.stderr
+    return path

@@ -16,8 +16,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from latency_budget._core.levers import LEVER_KINDS
 from latency_budget._demo import example_budgets, run_demo
 from latency_budget._demo.run import DemoRun
+from latency_budget.cli._levers import analyse_levers
 
 from .conftest import run_cli
 
@@ -85,9 +87,9 @@ def test_cache_hits_skip_the_model_and_loops_vary(recorded: tuple[DemoRun, list[
 
 
 def test_spans_follow_the_genai_conventions(recorded: tuple[DemoRun, list[ReadableSpan]]) -> None:
-    """Chat spans carry model, provider and token usage; only the last (streamed) call has a time to first chunk."""
+    """Chat spans carry model, provider, streaming and token usage; only the last (streamed) call has a first chunk."""
     run, spans = recorded
-    trace_id = next(t for p, t in zip(run.requests, run.trace_ids, strict=True) if p.model_calls >= 2)
+    trace_id = next(t for p, t in zip(run.requests, run.trace_ids, strict=True) if p.model_calls >= 2 and p.streamed)
     chats = sorted((s for s in _trace(spans, trace_id) if _op(s) == "chat"), key=lambda s: s.start_time or 0)
     for chat in chats:
         attributes = chat.attributes or {}
@@ -98,11 +100,42 @@ def test_spans_follow_the_genai_conventions(recorded: tuple[DemoRun, list[Readab
     assert [("gen_ai.response.time_to_first_chunk" in (c.attributes or {})) for c in chats] == [False] * (
         len(chats) - 1
     ) + [True]
+    assert [(c.attributes or {})["gen_ai.request.stream"] for c in chats] == [False] * (len(chats) - 1) + [True]
     first_chunk = (chats[-1].attributes or {})["gen_ai.response.time_to_first_chunk"]
     assert isinstance(first_chunk, float)
     assert 0 < first_chunk * 1e9 < (chats[-1].end_time or 0) - (chats[-1].start_time or 0)
     tools = [s for s in _trace(spans, trace_id) if _op(s) == "execute_tool"]
     assert all((t.attributes or {}).get("gen_ai.tool.name") for t in tools)
+    assert all(str((t.attributes or {}).get("gen_ai.tool.call.arguments", "")).startswith("{") for t in tools)
+
+
+def test_the_legacy_client_waits_for_whole_answers(recorded: tuple[DemoRun, list[ReadableSpan]]) -> None:
+    """Requests of the legacy web client stream no model call, so they record no first token at all."""
+    run, spans = recorded
+    legacy = [(p, t) for p, t in zip(run.requests, run.trace_ids, strict=True) if not p.streamed and p.model_calls]
+    assert legacy
+    assert len(legacy) < sum(1 for p in run.requests if p.model_calls)
+    for plan, trace_id in legacy:
+        chats = [s for s in _trace(spans, trace_id) if _op(s) == "chat"]
+        assert len(chats) == plan.model_calls
+        assert all((c.attributes or {})["gen_ai.request.stream"] is False for c in chats)
+        assert not any("gen_ai.response.time_to_first_chunk" in (c.attributes or {}) for c in chats)
+
+
+def test_every_lever_shows_in_some_requests_and_not_in_others(recorded: tuple[DemoRun, list[ReadableSpan]]) -> None:
+    """Each lever kind is hinted on some of the demo's traces, never on all, and each is estimated in the summary."""
+    run, _ = recorded
+    reports = [r for r in run.reports if r is not None]
+    kinds = [{hint.kind for hint in report.hints} for report in reports]
+    expected = {*LEVER_KINDS, "sequential_calls", "iterations"}
+    for kind in expected:
+        having = sum(1 for found in kinds if kind in found)
+        assert 0 < having < len(reports), kind
+    analysis = analyse_levers(reports)
+    assert {lever.kind for lever in analysis.levers if lever.savings_ms} == expected
+    models = {row.model for row in analysis.models if row.stage == "model_call"}
+    assert models == {"gpt-4o", "gpt-4o-mini"}
+    assert any(row.first_token_fit is not None for row in analysis.contexts if row.stage == "model_call")
 
 
 def test_a_seed_replays_the_same_ids_and_durations() -> None:
@@ -141,7 +174,7 @@ def test_demo_output_is_reproducible_and_independent_of_concurrency() -> None:
 
 
 def test_saved_traces_judge_the_same_as_the_live_run(tmp_path: Path) -> None:
-    """`demo --save-traces` writes OTLP JSON lines that `report` judges exactly as the processor did live."""
+    """`demo --save-traces` writes OTLP JSON lines that `report` judges, and finds levers in, as the demo did live."""
     saved = tmp_path / "traces.jsonl"
     demo = run_cli("demo", "-n", "80", "--save-traces", saved, "--show", "0")
     assert demo.returncode == 0, demo.stderr
@@ -150,7 +183,9 @@ def test_saved_traces_judge_the_same_as_the_live_run(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     live_summary = demo.stdout[demo.stdout.index("Profile | Stage") :]
     recorded_summary = report.stdout[report.stdout.index("Profile | Stage") :]
-    assert recorded_summary == live_summary
+    # The same table, closing lines and levers (the report goes on with models and context size).
+    assert "Where to win, estimated over 80 requests" in live_summary
+    assert recorded_summary.startswith(live_summary)
 
 
 def _spans_in(path: Path) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..ci import skip_or_fail_in_ci
-from .conftest import BUDGETS, OTLP, expected_reports, run_cli
+from .conftest import BUDGETS, OTLP, REPO, expected_reports, run_cli
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
@@ -38,6 +38,15 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = run_cli("report", OTLP, "--budgets", BUDGETS, "--html", path)
     assert result.returncode == 0, result.stderr
     assert f"Wrote {path}." in result.stderr
+    return path
+
+
+@pytest.fixture(scope="module")
+def demo_page(tmp_path_factory: pytest.TempPathFactory, demo_traces: Path) -> Path:
+    """The HTML report of the demo's saved traces (two chat models, every lever), judged with the example budgets."""
+    path = tmp_path_factory.mktemp("html-demo") / "report.html"
+    result = run_cli("report", demo_traces, "--budgets", REPO / "budgets.example.yaml", "--html", path)
+    assert result.returncode == 0, result.stderr
     return path
 
 
@@ -92,9 +101,10 @@ def _parse(html: str) -> _Elements:
     return parser
 
 
-def test_page_is_self_contained(page: Path) -> None:
+@pytest.mark.parametrize("which", ["page", "demo_page"])
+def test_page_is_self_contained(which: str, request: pytest.FixtureRequest) -> None:
     """No external src or href, no script, and a CSP that would block any network load."""
-    html = page.read_text(encoding="utf-8")
+    html = request.getfixturevalue(which).read_text(encoding="utf-8")
     elements = _parse(html)
     assert elements.links == []
     assert elements.counts["script"] == 0
@@ -122,6 +132,58 @@ def test_page_renders_every_stage_and_the_slowest_request_without_console_errors
     chat_rows = re.findall(r'<div class="wf-row over" data-stage="(\w+)"', result.stdout)
     assert set(chat_rows) == {"model_call"}
     assert "Latency budget report" in "".join(dom.text)
+
+
+def test_page_renders_where_to_win_the_model_charts_and_the_context_fits(browser: str, demo_page: Path) -> None:
+    """Chromium renders a row per lever, a model chart per stage and a scatter per model, with fit lines, silently."""
+    result = _render(browser, demo_page, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _console_messages(result.stderr) == []
+    dom = _parse(result.stdout)
+    levers = set(re.findall(r'<tr data-lever="(\w+)">', result.stdout))
+    assert levers == {
+        "streaming",
+        "cache",
+        "model_choice",
+        "context_size",
+        "output_length",
+        "sequential_calls",
+        "iterations",
+    }
+    # Model charts: retrieval (one embedding model) and model_call (gpt-4o and gpt-4o-mini).
+    assert dom.counts["svg.models"] == 2
+    assert dom.counts["rect.p50"] == 3
+    assert dom.counts["line.p95"] == dom.counts["line.p99"] == 3
+    assert dom.counts["circle.ttft"] == 2  # the chat models stream some calls; embeddings never do
+    labels = re.findall(r'<text class="model"[^>]*>([^<]+)</text>', result.stdout)
+    assert sorted(labels) == ["gpt-4o (n 50)", "gpt-4o-mini (n 278)", "text-embedding-3-small (n 200)"]
+    # Context size: one card per model; a duration plot each, a first-token plot for the chat models.
+    assert dom.counts["section.context-card"] == 3
+    assert dom.counts["svg.context"] == 5
+    assert dom.counts["circle.pt"] > 100
+    assert dom.counts["circle.pt-ft"] > 50
+    assert dom.counts["line.fit-ft"] == 2  # both chat models: time to first token grows with the context
+    cards = re.findall(
+        r'<section class="chart-card context-card" data-stage="(\w+)" data-model="([\w.-]+)">', result.stdout
+    )
+    assert sorted(cards) == [
+        ("model_call", "gpt-4o"),
+        ("model_call", "gpt-4o-mini"),
+        ("retrieval", "text-embedding-3-small"),
+    ]
+    text = "".join(dom.text)
+    assert "no fit (no significant growth with size)" in text  # embeddings: said, not drawn
+    assert re.search(r"first token: [\d.]+ms per 1,000 tokens \(95% CI [\d.]+ms to [\d.]+ms\), R² 0\.\d\d, n \d+", text)
+
+
+def test_screenshot_of_the_lever_sections_renders(browser: str, demo_page: Path, tmp_path: Path) -> None:
+    """The demo's page, with its lever sections, comes out as a non-trivial full-page PNG."""
+    shot = tmp_path / "levers.png"
+    result = _render(browser, demo_page, f"--screenshot={shot}", "--window-size=1280,4200", "--hide-scrollbars")
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(data) > 100_000
 
 
 def test_console_check_catches_a_page_that_loads_from_the_network(browser: str, tmp_path: Path) -> None:

@@ -176,16 +176,22 @@ def test_suggest_rejects_a_bad_headroom(headroom: str) -> None:
 
 @pytest.mark.parametrize("command", ["report", "check"])
 def test_report_and_check_say_where_to_optimise(command: str) -> None:
-    """`report` and `check` print the critical-path share per stage and the largest hint, also in JSON."""
+    """`report` and `check` print the critical-path share per stage and the ranked levers, also in JSON."""
     table = run_cli(command, OTLP, "--budgets", BUDGETS)
     assert table.returncode in (0, 1), table.stderr
     share = re.search(r"^Critical path \(share of end-to-end time\): (.+)\.$", table.stdout, re.M)
     assert share is not None, table.stdout
     percents = [int(part.rsplit(" ", 1)[1].rstrip("%")) for part in share.group(1).split(", ")]
     assert 97 <= sum(percents) <= 103  # rounded shares of a partition of the end-to-end time
+    assert "Where to win, estimated over 30 requests" in table.stdout
+    assert re.search(r"^sequential_calls \| tool_calls \| +\d+% \(\d+\) \|", table.stdout, re.M)
     assert re.search(
-        r"^Where to win: \w+ (ran sequentially|exceeded max_calls) in \d+% of requests", table.stdout, re.M
+        r"^\d\. sequential_calls, tool_calls: Run independent tool_calls spans concurrently", table.stdout, re.M
     )
     data = json.loads(run_cli(command, OTLP, "--budgets", BUDGETS, "--format", "json").stdout)
     assert math.isclose(sum(data["critical_path_share"].values()), 1.0, rel_tol=1e-9)
     assert data["hints"], "the demo's recorded traces contain sequential tool calls"
+    levers = {(lever["kind"], lever["stage"]): lever for lever in data["where_to_win"]}
+    sequential = levers["sequential_calls", "tool_calls"]
+    assert sequential["requests"] == next(h["requests"] for h in data["hints"] if h["kind"] == "sequential_calls")
+    assert 0 < sequential["savings_p50_ms"] <= sequential["savings_p95_ms"] <= sequential["savings_total_ms"]

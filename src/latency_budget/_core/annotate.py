@@ -150,6 +150,8 @@ def hint_attributes(hint: Hint) -> AttributeMap:
     if hint.span_ids:
         out[attr.HINT_SPAN_NAMES] = tuple(_bounded(name) for name in hint.span_names)
         out[attr.HINT_SPAN_IDS] = " ".join(f"{span_id:016x}" for span_id in hint.span_ids)
+    if hint.basis_count is not None:
+        out[attr.HINT_BASIS_COUNT] = hint.basis_count
     return out
 
 

@@ -26,7 +26,10 @@ from latency_budget._core.critical_path import RecordedSpan
 
 __all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 
-HintKind = Literal["sequential_calls", "iterations"]
+# The last five are the levers estimated from recent calls (see _core/levers.py).
+HintKind = Literal[
+    "sequential_calls", "iterations", "streaming", "cache", "model_choice", "context_size", "output_length"
+]
 
 # A hint names at most this many of its spans (the first, in start order): enough to find
 # them on a timeline, and a bounded attribute whatever the trace holds.
@@ -41,7 +44,9 @@ class Hint:
 
     ``span_ids`` and ``span_names`` are the first :data:`NAMED_SPANS` spans it is about,
     in start order: the calls of a sequential run, or the calls beyond ``max_calls``. A
-    name is ``""`` when the caller did not record it.
+    name is ``""`` when the caller did not record it. ``basis_count`` is the number of
+    calls an estimate rests on, for the levers estimated from recent calls (``None`` for
+    the two read from the trace's shape).
     """
 
     kind: HintKind
@@ -50,6 +55,7 @@ class Hint:
     potential_savings_ms: float
     span_ids: tuple[int, ...] = ()
     span_names: tuple[str, ...] = ()
+    basis_count: int | None = None
 
 
 def find_hints(

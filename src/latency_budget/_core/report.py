@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from latency_budget._config.model import Severity
+from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint
 
 __all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
@@ -78,7 +79,11 @@ class StageReport:
 
 @dataclass(slots=True)
 class TraceReport:
-    """The verdict on one request: per-stage figures, violations and the totals."""
+    """The verdict on one request: per-stage figures, violations and the totals.
+
+    ``calls`` are the request's stage spans as the latency levers read them (model,
+    tokens, streaming; see ``hints``), when the processor or the CLI recorded them.
+    """
 
     profile: str
     stages: tuple[StageReport, ...]
@@ -94,6 +99,7 @@ class TraceReport:
     root_name: str | None = None
     start_time_ns: int | None = None  # the local root's start and end (epoch ns), when known
     end_time_ns: int | None = None
+    calls: tuple[Call, ...] = ()
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

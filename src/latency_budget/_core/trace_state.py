@@ -55,9 +55,11 @@ class TraceState:
 
     __slots__ = (
         "budgets",
+        "calls",
         "config",
         "finished",
         "first_tokens",
+        "inner_calls",
         "kinds",
         "last_seen",
         "lock",
@@ -110,6 +112,12 @@ class TraceState:
         self.kinds: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
+        # The recorded stage spans other than the root, with their (frozen) attributes, for
+        # the latency levers (_core/calls.py RawCall): read only when the root ends.
+        self.calls: list[tuple[int, int, int, int, int | None, Mapping[str, object]]] = []
+        # The span ids of recorded stage spans nested in a span of their own stage (part of
+        # that call, see calls.py), found by report(); the levers skip them as hints do.
+        self.inner_calls: AbstractSet[int] = _NONE
         # Stage spans past max_spans: exact counters per stage (under lock).
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
@@ -138,7 +146,8 @@ class TraceState:
         or from ``read_events(source)``, called only when an event source is reached.
         Past ``max_spans`` a stage span still counts, in exact counters, as a call of its
         own (its ancestors, which end after it, are not known yet); the root always fits
-        (it ends last). A recorded stage span's name and kind of call are kept, for hints.
+        (it ends last). A recorded stage span's name and kind of call are kept, for hints,
+        and (but for the root's) its attributes, for the latency levers.
         """
         config = self.config
         named = attributes.get(STAGE)
@@ -165,6 +174,8 @@ class TraceState:
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft))
+            if span_id != self.root_id:
+                self.calls.append((span_id, stage, start, end, ttft, attributes))
         else:
             self.truncated = True
             with self.lock:
@@ -184,6 +195,16 @@ class TraceState:
             instant = start + first_token_ns
             if self.overflow_first_token_at is None or instant < self.overflow_first_token_at:
                 self.overflow_first_token_at = instant
+
+    def outermost_calls(self) -> list[tuple[int, int, int, int, int | None, Mapping[str, object]]]:
+        """The recorded stage calls (``calls``) but those nested in a call of their stage.
+
+        One call is one call for the latency levers too: valid once :meth:`report` has run.
+        """
+        inner = self.inner_calls
+        if not inner:
+            return self.calls
+        return [call for call in self.calls if call[0] not in inner]
 
     def report(
         self, root_start: int, root_end: int, *, trace_id: int | None = None, root_name: str | None = None
@@ -209,6 +230,7 @@ class TraceState:
         # One call is one call: spans nested in a span of their own stage are left out of
         # counts and busy time (and hints). Only a stage with several spans can have any.
         nested: AbstractSet[int] = _NONE
+        self.inner_calls = _NONE
         inner_count: list[int] | None = None
         inner_busy: list[int] | None = None
         if repeated:
@@ -216,6 +238,7 @@ class TraceState:
                 self.root_id, spans, {i for i, found in enumerate(intervals) if found is not None and len(found) > 1}
             )
             if nested:
+                self.inner_calls = {spans[index][0] for index in nested}
                 inner_count = [0] * stage_count
                 inner_busy = [0] * stage_count
                 for index in nested:

@@ -1,14 +1,14 @@
 """``report --html``: one self-contained page, no scripts and no network assets.
 
 Per stage, a histogram of its time in each request, with the budget drawn across it and
-the bins beyond the budget in red; then a waterfall of the slowest request, whose spans
-of over-budget stages are highlighted. A Content-Security-Policy that forbids every
+the bins beyond the budget in red; where to win, each stage's models and the context-size
+scatter plots (:mod:`._charts`); then a waterfall of the slowest request, whose spans of
+over-budget stages are highlighted. A Content-Security-Policy that forbids every
 external load keeps the page honest about being self-contained.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,6 +18,8 @@ from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
 from latency_budget.cli.stats import StageSummary
 
+from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, where_section
+from ._levers import LeverAnalysis
 from ._recorded import Recorded
 from ._summary import QUANTILES, format_rate
 
@@ -90,12 +92,12 @@ footer { max-width: 1180px; margin: 32px auto; padding: 0 24px; color: var(--mut
 """
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+_e = escape
+_nice_ceiling = nice_ceiling
 
 
-def render_html(recorded: Recorded) -> str:
-    """The whole page for recorded traces judged under a budget file."""
+def render_html(recorded: Recorded, levers: LeverAnalysis) -> str:
+    """The whole page for recorded traces judged under a budget file, with their levers."""
     summary = recorded.summary
     e2e = summary.end_to_end
     worst = summary.most_often_over()
@@ -125,7 +127,7 @@ def render_html(recorded: Recorded) -> str:
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Latency budget report</title>
-<style>{_CSS}</style>
+<style>{_CSS}{LEVER_CSS}</style>
 </head>
 <body>
 <header>
@@ -138,6 +140,19 @@ def render_html(recorded: Recorded) -> str:
 <p class="sub">Time per request, one histogram per stage: bars past the dashed budget line are requests over
 budget; the blue ticks mark p50, p95 and p99.</p>
 <div class="stages" id="stages">{"".join(cards)}</div>
+<h2>Where to win</h2>
+<p class="sub">Each latency lever the spans show, ranked by the time it would save over all requests, estimated
+per request where it applies; levers overlap, so their savings do not add up.</p>
+{where_section(levers)}
+<h2>Models by stage</h2>
+<p class="sub">Call durations per model: the bar runs to p50, the whisker to p95, the tick marks p99; the orange dot is
+the median time to first token of streamed calls.</p>
+{models_section(levers)}
+<h2>Context size</h2>
+<p class="sub">Each call's duration (blue) and time to first token (orange, streamed calls) against its
+gen_ai.usage.input_tokens; a line is drawn only where a Theil-Sen fit is supported (enough calls and sizes, a slope
+whose 95% interval is above zero, R² of at least 0.05).</p>
+{context_section(levers)}
 <h2>The slowest request</h2>
 {waterfall}
 </main>
@@ -178,17 +193,6 @@ def _over_count(stage: StageSummary) -> int:
     if stage.stage == TOTAL:  # the total's own duration budget, not its first-token one
         return sum(1 for v in stage.actual_ms if stage.budget_ms is not None and v > stage.budget_ms)
     return stage.violations
-
-
-def _nice_ceiling(value: float) -> float:
-    """A round number at or above ``value`` (1, 2, 2.5 or 5 times a power of ten)."""
-    if value <= 0:
-        return 1.0
-    power = 10.0 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if value <= step * power:
-            return step * power
-    return 10 * power
 
 
 def _histogram(values: Sequence[float], budget: float | None, marks: list[tuple[float, float | None]]) -> str:

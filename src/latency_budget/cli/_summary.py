@@ -231,13 +231,11 @@ def most_often_line(summary: RunSummary) -> str:
 
 
 def optimisation_lines(found: Optimisation) -> list[str]:
-    """Critical-path shares and the largest hints, as lines for people."""
+    """Critical-path shares, as a line for people (the levers have a section of their own)."""
     lines: list[str] = []
     if found.critical_share:
         shares = ", ".join(f"{name} {100 * share:.0f}%" for name, share in found.critical_share)
         lines.append(f"Critical path (share of end-to-end time): {shares}.")
-    for hint in found.hints[:3]:
-        lines.append(f"Where to win: {hint.sentence()}.")
     return lines
 
 

@@ -11,6 +11,7 @@ from latency_budget._core.report import TOTAL, format_ms
 from latency_budget.cli.stats import StageSummary, optimisation
 
 from ._common import EXIT_STATUS, example_epilog, raw_help
+from ._levers import analyse_levers
 from ._output import emit
 from ._recorded import (
     Recorded,
@@ -21,6 +22,7 @@ from ._recorded import (
 )
 from ._summary import optimisation_json, optimisation_lines
 from ._table import markdown_table, text_table
+from ._where import levers_json, where_lines
 
 __all__ = ["Check", "checks_for", "register"]
 
@@ -218,6 +220,7 @@ def _table(
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
         lines += ["", *where]
+    lines += ["", *where_lines(analyse_levers(recorded.reports))]
     lines += ["", _verdict(checks, failed, warned, q)]
     return "\n".join(lines)
 
@@ -258,6 +261,8 @@ def _markdown(
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
         parts += ["", *(f"{line}  " for line in where)]
+    levers = where_lines(analyse_levers(recorded.reports), markdown=True)
+    parts += ["", *(line + "  " if line[:1].isdigit() else line for line in levers)]
     parts += ["", _verdict(checks, failed, warned, q)]
     return "\n".join(parts)
 
@@ -283,4 +288,5 @@ def _json(
         "not_seen": unseen,
         "input_repairs": recorded.traces.repairs.as_json(),
         **optimisation_json(optimisation(recorded.reports)),
+        "where_to_win": levers_json(analyse_levers(recorded.reports))["where_to_win"],
     }

@@ -22,14 +22,16 @@ from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
 from latency_budget.cli.stats import optimisation, summarize
-from latency_budget.export import BudgetMetrics, ViolationLogEmitter
+from latency_budget.export import BudgetMetrics, HintLogEmitter, ViolationLogEmitter
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
 
 from ._common import CliError, example_epilog, load_budgets_option, raw_help
+from ._levers import analyse_levers
 from ._output import OutputError, emit, finish_output
 from ._progress import ProgressBar
 from ._recorded import positive_int
 from ._summary import closing_lines, summary_table
+from ._where import where_lines
 
 if TYPE_CHECKING:  # named LogExporter before SDK 1.39; only the type checker needs the name
     pass
@@ -39,17 +41,19 @@ __all__ = ["register"]
 _DESCRIPTION = """\
 Simulate an AI support assistant and watch its latency budgets being checked.
 
-Simulated requests (retrieval, a semantic cache, an agent loop of streamed model
-calls, and tool calls run in parallel or one after another) become real OpenTelemetry
-spans with GenAI semantic-convention attributes, which go through
-LatencyBudgetProcessor with budgets.example.yaml. Latencies come from seeded
+Simulated requests (retrieval, a semantic cache that can miss, an agent loop of model
+calls to a small or a large model with growing context, streamed except for a legacy
+client, and tool calls run in parallel or one after another, now and then repeated)
+become real OpenTelemetry spans with GenAI semantic-convention attributes, which go
+through LatencyBudgetProcessor with budgets.example.yaml. The summary ends with where
+to win: every latency lever, estimated from the requests. Latencies come from seeded
 distributions with slow tails, so a seed replays a run exactly. Nothing sleeps, and
 by default nothing leaves the process: add --otlp-endpoint to send the spans (and one
-log record per violation, and the budget metrics) to a Collector, or --save-traces to
-try `check` and `report` on them."""
+log record per violation and per hint, and the budget metrics) to a Collector, or
+--save-traces to try `check` and `report` on them."""
 
 _SPANS_PER_REQUEST = 30  # an upper bound, to size the export queue so that no span is dropped
-_VIOLATIONS_PER_REQUEST = 8  # likewise for the violation log records
+_LOGS_PER_REQUEST = 16  # likewise for the violation and hint log records
 _METRIC_INTERVAL_MS = 5_000
 
 
@@ -97,9 +101,9 @@ def register(commands: Any) -> None:
     export.add_argument(
         "--otlp-endpoint",
         metavar="URL",
-        help="send the spans, a log record per violation and the budget metrics to an OTLP receiver such as "
-        "a Collector, e.g. http://localhost:4317; without it, OTEL_EXPORTER_OTLP_ENDPOINT is used when set "
-        "(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT alone sends the spans only)",
+        help="send the spans, a log record per violation and per hint, and the budget metrics to an OTLP "
+        "receiver such as a Collector, e.g. http://localhost:4317; without it, OTEL_EXPORTER_OTLP_ENDPOINT is "
+        "used when set (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT alone sends the spans only)",
     )
     export.add_argument(
         "--otlp-protocol",
@@ -236,7 +240,7 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
     log_exporter, metric_exporter = target.exporters.log_exporter(), target.exporters.metric_exporter()
     resource = demo_resource()
     logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
-    queue = max(2048, requests * _VIOLATIONS_PER_REQUEST)
+    queue = max(2048, requests * _LOGS_PER_REQUEST)
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter, max_queue_size=queue))
     reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=_METRIC_INTERVAL_MS)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
@@ -246,7 +250,7 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
             logger_provider.shutdown()
             meter_provider.shutdown()
 
-    return [ViolationLogEmitter(logger_provider), BudgetMetrics(meter_provider)], close
+    return [ViolationLogEmitter(logger_provider), HintLogEmitter(logger_provider), BudgetMetrics(meter_provider)], close
 
 
 def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> str:
@@ -263,6 +267,7 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     over = f"{summary.violated} over an error-level budget"
     lines += ["", f"Summary of {summary.requests} requests ({over}):", summary_table(summary), ""]
     lines += closing_lines(summary, optimisation(reports))
+    lines += ["", *where_lines(analyse_levers(reports))]
     missing = len(result.requests) - len(judged)
     if missing:
         lines.append(f"Warning: the processor made no report for {missing} requests.")

@@ -11,9 +11,11 @@ from latency_budget.cli.stats import optimisation
 
 from ._common import example_epilog, raw_help
 from ._html import render_html
+from ._levers import LeverAnalysis, analyse_levers
 from ._output import emit, write_file
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded
 from ._summary import closing_lines, optimisation_json, summary_json, summary_markdown, summary_table
+from ._where import context_lines, levers_json, model_lines, where_lines
 
 __all__ = ["register"]
 
@@ -22,10 +24,17 @@ Per-stage latency of recorded traces: for each stage, the number of requests tha
 ran it, the p50, p95 and p99 of its time, and how many of those requests broke one
 of its budgets; then the same end to end.
 
+Then where to win: every latency lever the spans show (streaming, caching, model
+choice, context size, output length, parallel calls, iterations), ranked by the time
+it would save over all requests, with what to try and what each estimate rests on;
+each stage's latency by model; and how latency grows with input tokens (a Theil-Sen
+fit, shown only where the data supports one).
+
 Stages come from --budgets FILE, or else from the built-in GenAI stages (retrieval,
 model_call and tool_calls, without budgets). --html FILE also writes a self-contained
-page: each stage's distribution against its budget, and a waterfall of the slowest
-request with its over-budget stages highlighted."""
+page: each stage's distribution against its budget, where to win, a chart of each
+stage's models, the context-size scatter plots, and a waterfall of the slowest request
+with its over-budget stages highlighted."""
 
 
 def register(commands: Any) -> None:
@@ -53,7 +62,8 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report (and write the HTML page)."""
     recorded = load_recorded(args)
-    page = render_html(recorded) if args.html else None
+    levers = analyse_levers(recorded.reports)
+    page = render_html(recorded, levers) if args.html else None
     if args.format == "json":
         output = json.dumps(
             {
@@ -62,13 +72,14 @@ def run(args: argparse.Namespace) -> int:
                 **summary_json(recorded.summary),
                 "input_repairs": recorded.traces.repairs.as_json(),
                 **optimisation_json(optimisation(recorded.reports)),
+                **levers_json(levers),
             },
             indent=2,
         )
     elif args.format == "markdown":
-        output = _markdown(recorded)
+        output = _markdown(recorded, levers)
     else:
-        output = _table(recorded)
+        output = _table(recorded, levers)
     if page is not None:
         write_file(args.html, page)
     emit(output)
@@ -77,29 +88,39 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _table(recorded: Recorded) -> str:
+def _sections(*parts: list[str]) -> list[str]:
+    """Non-empty parts, a blank line between them."""
+    lines: list[str] = []
+    for part in parts:
+        if part:
+            lines += ["", *part] if lines else part
+    return lines
+
+
+def _table(recorded: Recorded, levers: LeverAnalysis) -> str:
     summary = recorded.summary
     return "\n".join(
-        [
-            f"latency-budget report: {recorded.intro()}",
-            "",
-            summary_table(summary),
-            "",
-            *closing_lines(summary, optimisation(recorded.reports)),
-        ]
+        _sections(
+            [f"latency-budget report: {recorded.intro()}"],
+            [summary_table(summary)],
+            closing_lines(summary, optimisation(recorded.reports)),
+            where_lines(levers),
+            model_lines(levers),
+            context_lines(levers),
+        )
     )
 
 
-def _markdown(recorded: Recorded) -> str:
+def _markdown(recorded: Recorded, levers: LeverAnalysis) -> str:
     summary = recorded.summary
     return "\n".join(
-        [
-            "### Latency by stage",
-            "",
-            recorded.intro() + ".",
-            "",
-            summary_markdown(summary),
-            "",
-            *(line.replace("\n", "  \n") + "  " for line in closing_lines(summary, optimisation(recorded.reports))),
-        ]
+        _sections(
+            ["### Latency by stage"],
+            [recorded.intro() + "."],
+            [summary_markdown(summary)],
+            [line.replace("\n", "  \n") + "  " for line in closing_lines(summary, optimisation(recorded.reports))],
+            [line + "  " if line[:1].isdigit() else line for line in where_lines(levers, markdown=True)],
+            model_lines(levers, markdown=True),
+            context_lines(levers, markdown=True),
+        )
     )

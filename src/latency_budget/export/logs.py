@@ -1,19 +1,23 @@
-"""One OpenTelemetry log record per budget violation, linked to the trace that broke it."""
+"""OpenTelemetry log records linked to the trace they are about: one per budget violation, and
+(with :class:`HintLogEmitter`) one per place where time could be won."""
 
 from __future__ import annotations
 
 from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, SeverityNumber, get_logger_provider
+from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from latency_budget import _attributes as attr
-from latency_budget._core.annotate import violation_attributes
+from latency_budget._core.annotate import hint_attributes, violation_attributes
+from latency_budget._core.hints import Hint
 from latency_budget._core.report import TraceReport, Violation, format_ms
 from latency_budget._version import __version__
 
-__all__ = ["EVENT_NAME", "ViolationLogEmitter"]
+__all__ = ["EVENT_NAME", "HINT_EVENT_NAME", "HintLogEmitter", "ViolationLogEmitter"]
 
 EVENT_NAME = attr.VIOLATION_EVENT
+HINT_EVENT_NAME = attr.HINT_EVENT
 _SEVERITY = {"warn": SeverityNumber.WARN, "error": SeverityNumber.ERROR}
 
 
@@ -33,11 +37,7 @@ class ViolationLogEmitter:
     def __call__(self, report: TraceReport) -> None:
         if not report.violations:
             return
-        context = None
-        if report.trace_id is not None and report.span_id is not None:
-            sampled = TraceFlags(TraceFlags.SAMPLED)
-            root = SpanContext(report.trace_id, report.span_id, is_remote=False, trace_flags=sampled)
-            context = trace.set_span_in_context(NonRecordingSpan(root))
+        context = _root_context(report)
         for violation in report.violations:
             attributes = violation_attributes(violation)
             attributes["event.name"] = EVENT_NAME
@@ -62,3 +62,66 @@ def describe(violation: Violation) -> str:
         f"{violation.stage} {what} {format_ms(violation.actual_ms)} > budget {format_ms(violation.budget_ms)}"
         f" (+{format_ms(violation.over_ms)})"
     )
+
+
+def _root_context(report: TraceReport) -> Context | None:
+    """A context whose span is the report's local root, so records link to it (``None`` when unknown)."""
+    if report.trace_id is None or report.span_id is None:
+        return None
+    sampled = TraceFlags(TraceFlags.SAMPLED)
+    root = SpanContext(report.trace_id, report.span_id, is_remote=False, trace_flags=sampled)
+    return trace.set_span_in_context(NonRecordingSpan(root))
+
+
+class HintLogEmitter:
+    """An ``on_report`` sink that emits each ``latency_budget.hint`` as an INFO log record.
+
+    Records carry ``event_name`` (and ``event.name``) ``latency_budget.hint``, the hint
+    event's attributes (kind, stage, span count, estimated saving, and for the levers
+    estimated from recent calls the number of calls behind the estimate), the profile,
+    a one-line body and the trace and span ids of the local root. Every value comes from
+    the budget file or is a number, so the records' dimensions stay bounded.
+    """
+
+    def __init__(self, logger_provider: LoggerProvider | None = None) -> None:
+        provider = logger_provider or get_logger_provider()
+        self._logger = provider.get_logger("latency_budget", __version__)
+
+    def __call__(self, report: TraceReport) -> None:
+        if not report.hints:
+            return
+        context = _root_context(report)
+        for hint in report.hints:
+            attributes = hint_attributes(hint)
+            attributes["event.name"] = HINT_EVENT_NAME
+            attributes[attr.PROFILE] = report.profile
+            self._logger.emit(
+                timestamp=report.end_time_ns,
+                context=context,
+                severity_number=SeverityNumber.INFO,
+                severity_text="INFO",
+                body=describe_hint(hint),
+                attributes=attributes,
+                event_name=HINT_EVENT_NAME,
+            )
+
+
+_HINT_TEXT = {
+    "sequential_calls": "{calls} ran one after another; run concurrently they would save {saving}",
+    "iterations": "{calls} past max_calls took {saving}",
+    "streaming": "streaming the response would bring the first token about {saving} sooner",
+    "cache": "{calls} repeated an identical earlier call; a cache would save about {saving}",
+    "model_choice": "a faster model for {calls} would save about {saving}",
+    "context_size": "trimming the context of {calls} to the usual size would save about {saving}",
+    "output_length": "cutting the output of {calls} to the usual length would save about {saving}",
+}
+
+
+def describe_hint(hint: Hint) -> str:
+    """A one-line human description, e.g. ``tool_calls: 3 calls ran one after another; ... save 230ms``."""
+    calls = f"{hint.span_count} call{'' if hint.span_count == 1 else 's'}"
+    text = _HINT_TEXT[hint.kind].format(calls=calls, saving=format_ms(hint.potential_savings_ms))
+    basis = hint.basis_count
+    if basis is None or hint.kind == "cache":  # a cache hint's basis is its repeated calls, said already
+        return f"{hint.stage}: {text}"
+    return f"{hint.stage}: {text} (estimated from {basis} recent call{'' if basis == 1 else 's'})"

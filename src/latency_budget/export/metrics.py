@@ -32,9 +32,12 @@ class BudgetMetrics:
       ``stage``, within when none of its budgets broke, at any severity), and for the
       request's ``total_ms`` (stage ``total``, kind ``total``) and ``first_token_ms``
       (stage ``total``, kind ``first_token``, only when a first token was measured). The
-      denominator and numerator of the violation ratios that objectives alert on.
+      denominator and numerator of the violation ratios that objectives alert on;
+    - ``latency_budget.hint.potential_savings`` (histogram, ms): stage, kind (one value per
+      ``latency_budget.hint``: where time could be won).
 
-    Stage and profile values come from the budget file, never from span data.
+    Stage and profile values come from the budget file, and hint kinds from a fixed set,
+    never from span data.
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None) -> None:
@@ -55,6 +58,12 @@ class BudgetMetrics:
             "latency_budget.violations",
             unit="{violation}",
             description="Budget violations by stage, kind and severity.",
+        )
+        self._hint = meter.create_histogram(
+            "latency_budget.hint.potential_savings",
+            unit="ms",
+            description="Estimated time each latency lever (hint) would save in a request.",
+            explicit_bucket_boundaries_advisory=_BUCKETS_MS,
         )
         self._trace = meter.create_histogram(
             "latency_budget.trace.duration",
@@ -102,6 +111,8 @@ class BudgetMetrics:
                     total_within = False
                 elif violation.kind == "first_token":
                     first_token_within = False
+        for hint in report.hints:
+            self._hint.record(hint.potential_savings_ms, {attr.STAGE: hint.stage, attr.HINT_KIND: hint.kind})
         self._trace.record(report.total_actual_ms, {attr.PROFILE: profile, attr.VIOLATED: report.violated})
         if report.total_budget_ms is not None:
             judged.append((TOTAL, "total", profile, total_within))

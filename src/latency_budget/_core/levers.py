@@ -1,0 +1,433 @@
+"""The latency levers of one request, estimated from calls seen before (a :class:`Baseline`).
+
+Five levers are read from the calls' attributes (sequential calls and iterations, in
+:mod:`latency_budget._core.hints`, from the trace's shape):
+
+``streaming``
+    The first model call of the request that produced output for the user without
+    streaming it (``gen_ai.request.stream`` not true and no first token recorded; not a
+    call that answered with tool calls), in a stage on the critical path, before the
+    request's first token. Streamed, its first token would have come after about the
+    median time to first token of streamed calls to the same model in the same stage:
+    the saving is its duration minus that median (first-token time, not total time).
+``cache``
+    Calls identical to an earlier one (same stage, target and arguments, where the span
+    carries arguments), earlier in the same request or in an earlier one: the stage time
+    they took, if a cache hit cost nothing.
+``model_choice``
+    Calls to a model whose median duration in the stage is above the fastest model's
+    there (each with at least :data:`MIN_MODEL_CALLS` calls): each would take its
+    duration times the ratio of the two medians.
+``context_size``
+    Calls with more input tokens than their model's median in the stage, where a
+    Theil-Sen fit of time to first token (else of duration) on input tokens is
+    supported: trimming them to the median saves the fitted slope times the excess.
+``output_length``
+    Generation calls whose output was for the user (not tool calls), with more output
+    tokens than their model's median: the excess times the model's generation time per
+    output token (the median of (duration - time to first token) / output tokens over
+    streamed calls, else a supported fit of duration on output tokens).
+
+Every saving is a wall-clock saving of the stage (overlapping calls count once, see
+:func:`~latency_budget._core.estimators.shrunk_saving_ns`), capped at the stage's time
+in the request and, for total-time levers, at its critical-path time. A lever that would
+save less than :data:`MIN_SAVING_MS` in a request is left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from latency_budget._core.call_facts import Call
+from latency_budget._core.estimators import MAX_FIT_POINTS, Fit, median, shrunk_saving_ns, theil_sen
+from latency_budget._core.report import TraceReport
+
+__all__ = [
+    "LEVER_KINDS",
+    "MIN_MODEL_CALLS",
+    "MIN_RATE_CALLS",
+    "MIN_SAVING_MS",
+    "MIN_STREAMED",
+    "Baseline",
+    "Finding",
+    "LeverKind",
+    "ModelStats",
+    "RecordedBaseline",
+    "request_levers",
+    "summarise",
+]
+
+LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length"]
+LEVER_KINDS: tuple[LeverKind, ...] = ("streaming", "cache", "model_choice", "context_size", "output_length")
+
+MIN_STREAMED = 3  # streamed calls of a model before its first token is a basis for the streaming lever
+MIN_MODEL_CALLS = 10  # calls of each model before two are compared
+MIN_RATE_CALLS = 5  # streamed calls with output tokens before a time per output token is taken from them
+MIN_SAVING_MS = 1.0  # a lever that would save less than this in a request is not worth a hint
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStats:
+    """What the calls of one model in one stage say, for the estimates.
+
+    ``streamed`` counts the calls with a first token, which ``first_token_p50_ms`` and
+    ``first_token_fit`` rest on; ``rate_calls`` the calls behind ``ms_per_output_token``,
+    taken from streamed calls (``rate_from == "streamed"``) or from a fit of duration on
+    output tokens (``"fit"``).
+    """
+
+    n: int
+    duration_p50_ms: float
+    streamed: int
+    first_token_p50_ms: float | None
+    input_p50: float | None
+    output_p50: float | None
+    duration_fit: Fit | None  # duration (ms) on input tokens
+    first_token_fit: Fit | None  # time to first token (ms) on input tokens, streamed calls
+    # The fit the context lever uses: time to first token where supported (prefill is what
+    # input tokens cost, without the output's length mixed in), else duration.
+    context_fit: Fit | None
+    ms_per_output_token: float | None
+    rate_calls: int
+    rate_from: Literal["streamed", "fit"] | None
+
+
+def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) -> ModelStats:
+    """The statistics of a non-empty set of calls (of one model in one stage).
+
+    ``max_fit_points`` bounds the points of each fit (they are thinned evenly along x).
+    """
+    durations: list[float] = []
+    first_tokens: list[float] = []
+    by_input: list[tuple[float, float]] = []
+    first_by_input: list[tuple[float, float]] = []
+    by_output: list[tuple[float, float]] = []
+    inputs: list[float] = []
+    outputs: list[float] = []
+    rates: list[float] = []
+    for call in calls:  # one pass, no property reads: the processor runs this on its recent calls
+        length = call.end_ns - call.start_ns
+        duration = length / 1e6 if length > 0 else 0.0
+        durations.append(duration)
+        ttft = call.first_token_ns / 1e6 if call.first_token_ns is not None else None
+        if ttft is not None:
+            first_tokens.append(ttft)
+        tokens = call.input_tokens
+        if tokens is not None:
+            inputs.append(tokens)
+            by_input.append((tokens, duration))
+            if ttft is not None:
+                first_by_input.append((tokens, ttft))
+        out = call.output_tokens
+        if out is not None and call.generation:
+            if ttft is not None and out > 0 and duration >= ttft:
+                rates.append((duration - ttft) / out)
+            if not call.to_tools:  # output for the user: what a shorter answer would shorten
+                outputs.append(out)
+                by_output.append((out, duration))
+    rate: float | None = None
+    rate_calls = 0
+    rate_from: Literal["streamed", "fit"] | None = None
+    if len(rates) >= MIN_RATE_CALLS:
+        rate, rate_calls, rate_from = median(rates), len(rates), "streamed"
+    elif (output_fit := theil_sen(by_output, max_points=max_fit_points)) is not None:
+        rate, rate_calls, rate_from = output_fit.slope, output_fit.n, "fit"
+    duration_fit = theil_sen(by_input, max_points=max_fit_points)
+    first_token_fit = theil_sen(first_by_input, max_points=max_fit_points)
+    return ModelStats(
+        n=len(calls),
+        duration_p50_ms=median(durations),
+        streamed=len(first_tokens),
+        first_token_p50_ms=median(first_tokens) if first_tokens else None,
+        input_p50=median(inputs) if inputs else None,
+        output_p50=median(outputs) if outputs else None,
+        duration_fit=duration_fit,
+        first_token_fit=first_token_fit,
+        context_fit=first_token_fit if first_token_fit is not None else duration_fit,
+        ms_per_output_token=rate,
+        rate_calls=rate_calls,
+        rate_from=rate_from,
+    )
+
+
+class Baseline(Protocol):
+    """The calls the estimates rest on: recent traffic (the processor) or a whole recording (the CLI)."""
+
+    def stats(self, stage: str, model: str) -> ModelStats | None:
+        """The statistics of ``model``'s calls in ``stage``, if any were seen."""
+
+    def models(self, stage: str) -> Sequence[tuple[str, ModelStats]]:
+        """Every model seen in ``stage``, with its statistics."""
+
+    def model_count(self, stage: str) -> int:
+        """How many models were seen in ``stage`` (cheap: no statistics computed)."""
+
+    def seen(self, key: int) -> bool:
+        """Whether a call with this identity was made in an earlier request."""
+
+
+class RecordedBaseline:
+    """A :class:`Baseline` over a fixed set of calls, such as a whole recording.
+
+    Statistics per stage and model are computed once, when first asked for. ``earlier``
+    holds the identities of the calls of the requests already looked at: a caller going
+    through the requests in order adds each request's after judging it.
+    """
+
+    def __init__(self, calls: Iterable[Call]) -> None:
+        self._groups: dict[str, dict[str, list[Call]]] = {}
+        for call in calls:
+            if call.model is not None:
+                self._groups.setdefault(call.stage, {}).setdefault(call.model, []).append(call)
+        self._stats: dict[tuple[str, str], ModelStats] = {}
+        self.earlier: set[int] = set()
+
+    def calls(self, stage: str, model: str) -> list[Call]:
+        """The calls of ``model`` in ``stage``, in the order given."""
+        return self._groups.get(stage, {}).get(model, [])
+
+    def stages(self) -> list[str]:
+        """The stages with model calls, in the order first seen."""
+        return list(self._groups)
+
+    def stats(self, stage: str, model: str) -> ModelStats | None:
+        found = self._stats.get((stage, model))
+        if found is None:
+            calls = self.calls(stage, model)
+            if not calls:
+                return None
+            found = self._stats[stage, model] = summarise(calls)
+        return found
+
+    def models(self, stage: str) -> list[tuple[str, ModelStats]]:
+        found: list[tuple[str, ModelStats]] = []
+        for model in self._groups.get(stage, {}):
+            stats = self.stats(stage, model)
+            if stats is not None:
+                found.append((model, stats))
+        return found
+
+    def model_count(self, stage: str) -> int:
+        return len(self._groups.get(stage, ()))
+
+    def seen(self, key: int) -> bool:
+        return key in self.earlier
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One lever in one request.
+
+    ``saving_ms`` is ``None`` when the lever applies but the data gives no estimate (a
+    non-streamed call to a model never seen streaming). ``basis`` is the number of calls
+    the estimate rests on; ``targets`` the models, tools or data sources involved, and
+    ``instead`` the faster model for ``model_choice``: for people, never for telemetry.
+    ``repeated_within`` counts, for ``cache``, the calls repeated within the request
+    (the others repeated an earlier request's); ``span_ids`` are the calls it concerns.
+    """
+
+    kind: LeverKind
+    stage: str
+    spans: int
+    saving_ms: float | None
+    basis: int
+    targets: tuple[str, ...] = ()
+    instead: str | None = None
+    repeated_within: int = 0
+    span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
+
+
+def request_levers(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
+    """The levers that apply to one request: its calls (start order) and its report, against ``baseline``."""
+    # Only stages with a model call or a call with arguments can have a lever: most spans of
+    # most stages have neither, and a root's end should not pay for them.
+    by_stage: dict[str, list[Call]] = {}
+    relevant: dict[str, tuple[bool, bool]] = {}  # stage -> (has a model call, has a call with arguments)
+    streamable = False
+    for call in calls:
+        members = by_stage.get(call.stage)
+        if members is None:
+            members = by_stage[call.stage] = []
+        members.append(call)
+        if call.model is not None or call.key is not None:
+            modelled, keyed = relevant.get(call.stage, (False, False))
+            relevant[call.stage] = (modelled or call.model is not None, keyed or call.key is not None)
+            streamable = streamable or (call.generation and not call.streamed and not call.to_tools)
+    if not relevant:
+        return []
+    limits: dict[str, tuple[float, float]] = {}  # stage -> (its time, the most a total-time lever may save)
+    for measured in report.stages:
+        if measured.stage in relevant:
+            actual, critical = measured.actual_ms, measured.critical_ms
+            limits[measured.stage] = (actual, actual if critical is None else min(actual, critical))
+    found: list[Finding] = []
+    if streamable:
+        streaming = _streaming(calls, report, limits, baseline)
+        if streaming is not None:
+            found.append(streaming)
+    for stage, (modelled, keyed) in relevant.items():
+        cap = limits[stage][1] if stage in limits else 0.0
+        if cap <= 0:
+            continue
+        members = by_stage[stage]
+        if keyed and (finding := _cache(stage, members, baseline, cap)) is not None:
+            found.append(finding)
+        if not modelled:
+            continue
+        if baseline.model_count(stage) >= 2 and (finding := _model_choice(stage, members, baseline, cap)) is not None:
+            found.append(finding)
+        stats: dict[str, ModelStats | None] = {}
+        for call in members:
+            if call.model is not None and call.model not in stats:
+                stats[call.model] = baseline.stats(stage, call.model)
+        found.extend(_token_levers(stage, members, stats, cap))
+    return found
+
+
+def _streaming(
+    calls: Sequence[Call], report: TraceReport, limits: dict[str, tuple[float, float]], baseline: Baseline
+) -> Finding | None:
+    first_token_at = None
+    if report.first_token_ms is not None and report.start_time_ns is not None:
+        first_token_at = report.start_time_ns + round(report.first_token_ms * 1e6)
+    candidates = [
+        c
+        for c in calls
+        if c.generation
+        and not c.streamed
+        and not c.to_tools
+        and c.model is not None
+        and c.stage in limits
+        and limits[c.stage][1] > 0  # the stage is on the critical path
+        and (first_token_at is None or c.start_ns < first_token_at)
+    ]
+    if not candidates:
+        return None
+    call = min(candidates, key=lambda c: (c.end_ns, c.start_ns))
+    assert call.model is not None
+    stats = baseline.stats(call.stage, call.model)
+    streamed = stats.streamed if stats is not None else 0
+    if stats is None or stats.first_token_p50_ms is None or streamed < MIN_STREAMED:
+        return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
+    duration = call.duration_ns / 1e6
+    saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
+    if saving < MIN_SAVING_MS:  # not shorter than a streamed call's first token: streaming would not help
+        return None
+    return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,))
+
+
+def _intervals(members: Sequence[Call]) -> list[tuple[int, int]]:
+    return [(c.start_ns, c.end_ns) for c in members]
+
+
+def _span_ids(members: Sequence[Call], chosen: dict[int, int]) -> tuple[int, ...]:
+    """The span ids of the chosen calls (indexes into ``members``), in start order."""
+    return tuple(members[index].span_id for index in sorted(chosen))
+
+
+def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
+    here: set[int] = set()  # identities called earlier in this request
+    repeated: dict[int, int] = {}  # index -> 0: the call would not be made
+    within = 0
+    targets: dict[str, None] = {}
+    for index, call in enumerate(members):
+        key = call.key
+        if key is None:
+            continue
+        if key in here:
+            within += 1
+        elif not baseline.seen(key):
+            here.add(key)
+            continue
+        here.add(key)
+        repeated[index] = 0
+        if call.target is not None:
+            targets[call.target] = None
+    if not repeated:
+        return None
+    saving = min(cap, shrunk_saving_ns(_intervals(members), repeated) / 1e6)
+    if saving < MIN_SAVING_MS:  # identical calls side by side: a cache would not shorten the stage
+        return None
+    ids = _span_ids(members, repeated)
+    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids)
+
+
+def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
+    if not any(c.model is not None for c in members):
+        return None
+    compared = [(model, stats) for model, stats in baseline.models(stage) if stats.n >= MIN_MODEL_CALLS]
+    if len(compared) < 2:
+        return None
+    fastest, best = min(compared, key=lambda item: (item[1].duration_p50_ms, item[0]))
+    ratios = {model: best.duration_p50_ms / stats.duration_p50_ms for model, stats in compared if model != fastest}
+    shorter: dict[int, int] = {}
+    slower: dict[str, None] = {}
+    basis = best.n  # the fewest calls of any model compared
+    for index, call in enumerate(members):
+        model = call.model
+        ratio = ratios.get(model) if model is not None else None
+        if model is None or ratio is None or ratio >= 1:
+            continue
+        shorter[index] = round(call.duration_ns * ratio)
+        if model not in slower:
+            slower[model] = None
+            basis = min(basis, next(stats.n for name, stats in compared if name == model))
+    if not shorter:
+        return None
+    saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
+    if saving < MIN_SAVING_MS:
+        return None
+    ids = _span_ids(members, shorter)
+    return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids)
+
+
+def _token_levers(
+    stage: str, members: Sequence[Call], stats: dict[str, ModelStats | None], cap: float
+) -> list[Finding]:
+    """``context_size`` and ``output_length``: calls with more input (output) tokens than their model's median."""
+    trimmed: dict[int, int] = {}  # index -> duration with the context trimmed to the median
+    trimmed_models: dict[str, None] = {}
+    trimmed_basis = 0
+    cut_short: dict[int, int] = {}  # index -> duration with the output cut to the median
+    cut_models: dict[str, None] = {}
+    cut_basis = 0
+    for index, call in enumerate(members):
+        model = call.model
+        found = stats.get(model) if model is not None else None
+        if found is None or model is None:
+            continue
+        duration = call.duration_ns
+        fit = found.context_fit
+        if fit is not None and call.input_tokens is not None and found.input_p50 is not None:
+            excess = call.input_tokens - found.input_p50
+            cut = min(duration, round(fit.slope * excess * 1e6)) if excess > 0 else 0
+            if cut > 0:
+                trimmed[index] = duration - cut
+                trimmed_models[model] = None
+                trimmed_basis = max(trimmed_basis, fit.n)
+        rate = found.ms_per_output_token
+        out = call.output_tokens
+        if rate is not None and rate > 0 and out is not None and found.output_p50 is not None:
+            if not call.generation or call.to_tools:
+                continue
+            excess = out - found.output_p50
+            floor = min(call.first_token_ns or 0, duration)  # generation cannot start before the first token
+            cut = min(duration - floor, round(rate * excess * 1e6)) if excess > 0 else 0
+            if cut > 0:
+                cut_short[index] = duration - cut
+                cut_models[model] = None
+                cut_basis = max(cut_basis, found.rate_calls)
+    found_levers: list[Finding] = []
+    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int], ...] = (
+        ("context_size", trimmed, trimmed_models, trimmed_basis),
+        ("output_length", cut_short, cut_models, cut_basis),
+    )
+    for kind, shorter, models, basis in levers:
+        if shorter:
+            saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
+            if saving >= MIN_SAVING_MS:
+                ids = _span_ids(members, shorter)
+                found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids))
+    return found_levers

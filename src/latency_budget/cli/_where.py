@@ -1,0 +1,219 @@
+"""The lever analysis for people and programs: "Where to win", models by stage, context size.
+
+Text and Markdown for ``report``, ``check`` and ``demo``; plain data for ``--format json``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from latency_budget._core.estimators import Fit
+from latency_budget._core.report import format_ms
+
+from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow
+from ._table import markdown_table, text_table
+
+__all__ = [
+    "context_lines",
+    "levers_json",
+    "model_lines",
+    "total_text",
+    "where_lines",
+]
+
+QUANTILES = (50.0, 95.0, 99.0)
+_SAVES = {"end_to_end": "end to end", "first_token": "first token"}
+
+
+def total_text(ms: float) -> str:
+    """A total for people: seconds past ten of them (``133.3s``), else ``format_ms``."""
+    return f"{ms / 1000:,.1f}s" if ms >= 10_000 else format_ms(ms)
+
+
+def _share(lever: LeverSummary) -> str:
+    return f"{100 * lever.share:.0f}% ({lever.requests})"
+
+
+def _lever_cells(lever: LeverSummary) -> list[str]:
+    return [
+        lever.kind,
+        lever.stage,
+        _share(lever) if lever.savings_ms else f"- ({lever.unestimated} without estimate)",
+        format_ms(lever.p(50)),
+        format_ms(lever.p(95)),
+        total_text(lever.total_ms) if lever.savings_ms else "-",
+        _SAVES[lever.saves],
+    ]
+
+
+_LEVER_HEADER = ["Lever", "Stage", "Requests", "p50 saving", "p95 saving", "Total", "Saves"]
+
+
+def _title(analysis: LeverAnalysis) -> str:
+    return (
+        f"Where to win, estimated over {analysis.requests} request{'s' if analysis.requests != 1 else ''} "
+        "(per request where a lever applies; levers overlap, so their savings do not add up):"
+    )
+
+
+def _advice(n: int, lever: LeverSummary) -> str:
+    basis = f" Based on {lever.basis}." if lever.basis else ""
+    return f"{n}. {lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}"
+
+
+def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
+    """The ranked levers as a table, then one line each: what to try, and what the estimate rests on."""
+    if not analysis.levers:
+        return ["Where to win: no lever applies to these requests."]
+    rows = [_lever_cells(lever) for lever in analysis.levers]
+    if markdown:
+        rows = [[f"`{row[0]}`", f"`{row[1]}`", *row[2:]] for row in rows]
+        table = markdown_table(_LEVER_HEADER, rows, right=range(2, 6))
+        return [f"**{_title(analysis)}**", "", table, "", *(_advice(n, lever) for n, lever in _numbered(analysis))]
+    table = text_table(_LEVER_HEADER, rows, right=range(2, 6))
+    return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis))]
+
+
+def _numbered(analysis: LeverAnalysis) -> list[tuple[int, LeverSummary]]:
+    return list(enumerate(analysis.levers, 1))
+
+
+def _model_cells(row: ModelRow) -> list[str]:
+    rate = "-" if row.ms_per_output_token is None else format_ms(row.ms_per_output_token)
+    return [
+        row.stage,
+        row.model,
+        ", ".join(row.providers[:2]) or "-",
+        str(row.count),
+        *(format_ms(row.p(q)) for q in QUANTILES),
+        str(len(row.first_token_ms)),
+        *(format_ms(row.first_token_p(q)) for q in QUANTILES),
+        rate,
+    ]
+
+
+_MODEL_HEADER = [
+    "Stage",
+    "Model",
+    "Provider",
+    "n",
+    "p50",
+    "p95",
+    "p99",
+    "streamed",
+    "first token p50",
+    "p95",
+    "p99",
+    "per output token",
+]
+
+
+def model_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
+    """Each stage's latency by model (request model; providers as recorded)."""
+    if not analysis.models:
+        return []
+    rows = [_model_cells(row) for row in analysis.models]
+    title = "Model calls by stage and model (gen_ai.request.model): duration and time to first token"
+    if markdown:
+        return [f"**{title}**", "", markdown_table(_MODEL_HEADER, rows, right=range(3, 12))]
+    return [title + ":", text_table(_MODEL_HEADER, rows, right=range(3, 12))]
+
+
+def _fit_text(fit: Fit | None, reason: str) -> str:
+    if fit is None:
+        return f"no fit: {reason}"
+    return (
+        f"{format_ms(fit.slope * 1000)} per 1k tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
+        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}"
+    )
+
+
+def _context_cells(row: ContextRow) -> list[str]:
+    return [
+        row.stage,
+        row.model,
+        str(row.count),
+        "-" if row.input_p50 is None else f"{row.input_p50:,.0f}",
+        _fit_text(row.duration_fit, row.duration_reason),
+        _fit_text(row.first_token_fit, row.first_token_reason),
+    ]
+
+
+_CONTEXT_HEADER = ["Stage", "Model", "n", "median input tokens", "duration", "first token"]
+
+
+def context_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
+    """How latency grows with gen_ai.usage.input_tokens, per stage and model (Theil-Sen, or why no fit)."""
+    if not analysis.contexts:
+        return []
+    rows = [_context_cells(row) for row in analysis.contexts]
+    title = "Context size: latency against gen_ai.usage.input_tokens (Theil-Sen fit, shown only where supported)"
+    if markdown:
+        return [f"**{title}**", "", markdown_table(_CONTEXT_HEADER, rows, right=range(2, 4))]
+    return [title + ":", text_table(_CONTEXT_HEADER, rows, right=range(2, 4))]
+
+
+def _fit_json(fit: Fit | None, reason: str) -> dict[str, Any]:
+    if fit is None:
+        return {"fit": None, "reason": reason}
+    return {
+        "fit": {
+            "ms_per_token": fit.slope,
+            "intercept_ms": fit.intercept,
+            "ms_per_token_ci95": [fit.slope_low, fit.slope_high],
+            "r_squared": fit.r_squared,
+            "n": fit.n,
+            "input_tokens_range": [fit.x_low, fit.x_high],
+        },
+        "reason": None,
+    }
+
+
+def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
+    """The whole analysis as plain JSON-ready data."""
+    return {
+        "where_to_win": [
+            {
+                "kind": lever.kind,
+                "stage": lever.stage,
+                "requests": lever.requests,
+                "share": lever.share,
+                "without_estimate": lever.unestimated,
+                "saves": lever.saves,
+                "savings_p50_ms": lever.p(50),
+                "savings_p95_ms": lever.p(95),
+                "savings_total_ms": lever.total_ms,
+                "targets": list(lever.targets),
+                "basis": lever.basis,
+                "try": lever.advice,
+            }
+            for lever in analysis.levers
+        ],
+        "models": [
+            {
+                "stage": row.stage,
+                "model": row.model,
+                "providers": list(row.providers),
+                "response_models": list(row.response_models),
+                "count": row.count,
+                **{f"p{q:g}_ms": row.p(q) for q in QUANTILES},
+                "streamed": len(row.first_token_ms),
+                **{f"first_token_p{q:g}_ms": row.first_token_p(q) for q in QUANTILES},
+                "ms_per_output_token": row.ms_per_output_token,
+                "ms_per_output_token_from": row.rate_from,
+                "ms_per_output_token_calls": row.rate_calls,
+            }
+            for row in analysis.models
+        ],
+        "context_size": [
+            {
+                "stage": row.stage,
+                "model": row.model,
+                "count": row.count,
+                "input_tokens_p50": row.input_p50,
+                "duration": _fit_json(row.duration_fit, row.duration_reason),
+                "first_token": _fit_json(row.first_token_fit, row.first_token_reason),
+            }
+            for row in analysis.contexts
+        ],
+    }
