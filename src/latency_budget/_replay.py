@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from opentelemetry.sdk.trace import Event
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
@@ -26,7 +26,7 @@ from latency_budget._core.call_facts import calls_of
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 
-__all__ = ["SpanRecord", "evaluate_spans"]
+__all__ = ["SpanRecord", "evaluate_spans", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,26 @@ class SpanRecord:
     attributes: Mapping[str, object] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
     remote_parent: bool = False
+
+
+def record_of(span: ReadableSpan) -> SpanRecord:
+    """A finished SDK span as a replay record (what ``latency_budget.testing`` and the tests replay)."""
+    context = span.context
+    parent = span.parent
+    start = span.start_time or 0
+    return SpanRecord(
+        trace_id=context.trace_id if context is not None else 0,
+        span_id=context.span_id if context is not None else 0,
+        parent_id=parent.span_id if parent is not None else None,
+        name=span.name,
+        start_ns=start,
+        end_ns=span.end_time or start,
+        kind=span.kind,
+        scope=span.instrumentation_scope.name if span.instrumentation_scope is not None else "",
+        attributes=dict(span.attributes or {}),
+        events=tuple(span.events),
+        remote_parent=bool(parent is not None and parent.is_remote),
+    )
 
 
 def evaluate_spans(

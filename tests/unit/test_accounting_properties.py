@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from latency_budget import BudgetConfig, TraceReport, load_budgets
 from latency_budget import _attributes as attr
 from latency_budget._core.accounting import union_length
-from latency_budget._replay import SpanRecord, evaluate_spans
+from latency_budget._replay import evaluate_spans, record_of
 
 from .helpers import T0, Pipeline, pipeline
 
@@ -398,30 +398,12 @@ def test_concurrent_ends_across_threads_match_oracle(
     assert p.processor.stats().active_traces == 0
 
 
-def as_record(span: ReadableSpan) -> SpanRecord:
-    assert span.context is not None
-    assert span.start_time is not None
-    assert span.end_time is not None
-    return SpanRecord(
-        trace_id=span.context.trace_id,
-        span_id=span.context.span_id,
-        parent_id=span.parent.span_id if span.parent is not None else None,
-        name=span.name,
-        start_ns=span.start_time,
-        end_ns=span.end_time,
-        kind=span.kind,
-        scope=span.instrumentation_scope.name if span.instrumentation_scope is not None else "",
-        attributes=dict(span.attributes or {}),
-        events=tuple(span.events),
-    )
-
-
 @settings(max_examples=100, deadline=None, database=None)
 @given(spec=specs, tree=trees(), data=st.data())
 def test_replay_gives_the_live_report(spec: Spec, tree: Tree, data: st.DataObject) -> None:
     """evaluate_spans on the recorded spans returns the very TraceReport the live processor produced."""
     p, built = run_tree(spec, tree, data)
 
-    records = [as_record(built.readable(i)) for i in data.draw(st.permutations(range(len(tree.nodes))))]
+    records = [record_of(built.readable(i)) for i in data.draw(st.permutations(range(len(tree.nodes))))]
     replayed: list[TraceReport] = evaluate_spans(p.processor.config, records)
     assert replayed == p.reports

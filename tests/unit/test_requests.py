@@ -8,13 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util._once import Once
 
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
-from latency_budget._replay import SpanRecord, evaluate_spans
+from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.testing import assert_within_budget
 
 from .helpers import Pipeline, at, op, pipeline
@@ -130,23 +129,6 @@ def test_requests_rules_may_be_a_list_and_match_names() -> None:
 # -- the same rule in replay and in latency_budget.testing -------------------------------------------
 
 
-def record(span: ReadableSpan) -> SpanRecord:
-    assert span.context is not None
-    assert span.start_time is not None
-    assert span.end_time is not None
-    return SpanRecord(
-        trace_id=span.context.trace_id,
-        span_id=span.context.span_id,
-        parent_id=span.parent.span_id if span.parent is not None else None,
-        name=span.name,
-        start_ns=span.start_time,
-        end_ns=span.end_time,
-        kind=span.kind,
-        attributes=dict(span.attributes or {}),
-        remote_parent=bool(span.parent is not None and span.parent.is_remote),
-    )
-
-
 @settings(max_examples=60, deadline=None, database=None)
 @given(
     roots=st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(1, 400)), min_size=1, max_size=5),
@@ -162,9 +144,9 @@ def test_replay_honours_requests_as_the_live_processor_does(roots: list[tuple[bo
             p.run(f"chat {n}.{c}", n * 1000 + c, n * 1000 + c + length, parent=root, attributes=op("chat"))
         root.end(end_time=at(n * 1000 + length + children))
     config = p.processor.config
-    assert evaluate_spans(config, [record(s) for s in p.finished()]) == p.reports
+    assert evaluate_spans(config, [record_of(s) for s in p.finished()]) == p.reports
     assert len(p.reports) == sum(1 for server, _, _ in roots if server)
-    everything = evaluate_spans(config, [record(s) for s in p.finished()], every_root=True)
+    everything = evaluate_spans(config, [record_of(s) for s in p.finished()], every_root=True)
     assert len(everything) == len(roots)
 
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import StageMeasurement, evaluate
 from latency_budget._core.report import TraceReport
-from latency_budget._replay import SpanRecord, evaluate_spans
+from latency_budget._replay import SpanRecord, evaluate_spans, record_of
 
 __all__ = ["BLOCK_ROOT_NAME", "judge_block", "percentile_reports"]
 
@@ -30,7 +30,7 @@ def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceRep
     block) are left out with their spans, unless no root is a request: then the block
     itself is the request and every root counts.
     """
-    records = [_record(span) for span in spans]
+    records = [record_of(span) for span in spans]
     keys = {(record.trace_id, record.span_id) for record in records}
     tops = [
         record
@@ -45,25 +45,6 @@ def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceRep
         records = _under_one_root(records, tops)
     (report,) = evaluate_spans(config, records, every_root=True)
     return report
-
-
-def _record(span: ReadableSpan) -> SpanRecord:
-    context = span.context
-    parent = span.parent
-    start = span.start_time or 0
-    return SpanRecord(
-        trace_id=context.trace_id if context is not None else 0,
-        span_id=context.span_id if context is not None else 0,
-        parent_id=parent.span_id if parent is not None else None,
-        name=span.name,
-        start_ns=start,
-        end_ns=span.end_time or start,
-        kind=span.kind,
-        scope=span.instrumentation_scope.name if span.instrumentation_scope is not None else "",
-        attributes=dict(span.attributes or {}),
-        events=tuple(span.events),
-        remote_parent=bool(parent is not None and parent.is_remote),
-    )
 
 
 def _beneath(records: list[SpanRecord], tops: list[SpanRecord]) -> list[SpanRecord]:
