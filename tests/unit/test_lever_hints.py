@@ -17,8 +17,9 @@ try:
 except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMemoryLogExporter
     from opentelemetry.sdk._logs.export import InMemoryLogExporter as InMemoryLogRecordExporter
 
-from latency_budget import TraceReport
+from latency_budget import TraceReport, load_budgets
 from latency_budget import _attributes as attr
+from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.export import BudgetMetrics, HintLogEmitter
 
 from .helpers import Pipeline, at, pipeline
@@ -173,6 +174,28 @@ def test_a_long_answer_is_cut_to_the_median_at_the_models_time_per_token() -> No
         attr.HINT_BASIS_COUNT: 6,
         **r.named(0),
     }
+
+
+def test_a_call_wrapped_by_a_second_instrumentation_is_one_call_to_the_levers() -> None:
+    """Streamed chat spans each inside a chat span (two instrumentations): the estimate rests on calls, not spans."""
+    r = Requests()
+    for n in range(3):
+        start = 1000.0 * n
+        root = r.p.start(f"request {n}", start)
+        outer = r.p.start("chat m", start, parent=root, attributes=chat("m", stream=True, ttft_s=0.25))
+        r.p.run("openai.chat", start + 1, start + 999, parent=outer, attributes=chat("m", stream=True, ttft_s=0.24))
+        outer.end(end_time=at(start + 1000))
+        root.end(end_time=at(start + 1000))
+        exported = r.p.span(f"request {n}")
+        assert exported.attributes is not None
+        assert exported.attributes["latency_budget.stages.model_call.count"] == 1
+    r.now = 3000
+    found = hints(r.send(("chat m", 1500, chat("m", stream=False))))
+    assert found["streaming"][attr.HINT_BASIS_COUNT] == 3  # three calls, not six spans
+    assert found["streaming"][attr.HINT_SAVINGS_MS] == 1250.0  # the outer spans' first chunk: 250 ms
+    # Replayed (check, report), each request has one call for the levers too.
+    replayed = evaluate_spans(load_budgets(text=BUDGETS), [record_of(span) for span in r.p.finished()])
+    assert [len(report.calls) for report in replayed] == [1, 1, 1, 1]
 
 
 def test_hints_become_bounded_log_records_and_a_savings_histogram() -> None:
