@@ -14,7 +14,14 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
-from latency_budget._config.genai_defaults import BUILTIN_STAGES, DEFAULT_FIRST_TOKEN, DIALECTS, builtin_rules
+from latency_budget._config.genai_defaults import (
+    BUILTIN_STAGES,
+    DEFAULT_FIRST_TOKEN,
+    DIALECTS,
+    NOT_CALLS,
+    builtin_rules,
+)
+from latency_budget._config.matching import MatchRule, exact_values
 from latency_budget._core.first_token import time_to_first_token_ns
 
 from .helpers import T0, at, pipeline
@@ -47,6 +54,46 @@ def test_agents_workflows_and_chains_stay_out_of_the_stages(key: str, value: str
     assert attr.STAGE not in (p.span("container").attributes or {})
     assert p.passed_untouched(p.span("container"))
     assert not any(k.startswith("latency_budget.stages.") for k in p.span("request").attributes or {})
+
+
+NOT_A_CALL = [(entry.key, value) for entry in NOT_CALLS for value in entry.values]
+
+
+@pytest.mark.parametrize(("key", "value"), NOT_A_CALL, ids=[f"{k}={v}" for k, v in NOT_A_CALL])
+@pytest.mark.parametrize(("row_key", "row_value", "stage"), ROWS[:1] + ROWS[-1:])
+def test_a_record_that_is_no_call_is_in_no_stage_whatever_else_it_carries(
+    key: str, value: str, row_key: str, row_value: str, stage: str
+) -> None:
+    """A Logfire log span with a chat operation name (a streamed call's record) is no call; its call still is."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    p.run("call", 10, 20, parent=root, attributes={row_key: row_value, "logfire.span_type": "span"})
+    p.run("record", 20, 20, parent=root, attributes={row_key: row_value, key: value})
+    root.end(end_time=at(30))
+    assert (p.span("call").attributes or {})[attr.STAGE] == stage
+    assert attr.STAGE not in (p.span("record").attributes or {})
+    assert p.passed_untouched(p.span("record"))
+    assert (p.span("request").attributes or {})[attr.stage_key(stage, "count")] == 1
+
+
+def test_a_vetoed_builtin_rule_leaves_the_span_to_a_later_stage() -> None:
+    """The veto settles only the built-in rule: a custom stage after it still matches the span."""
+    config = load_budgets(
+        text="version: 1\nstages:\n  model_call: {budget_ms: 100}\n"
+        "  logs: {budget_ms: 100, match: {attributes: {logfire.span_type: log}}}\n"
+    )
+    classify = config.classifier.classify
+    stages = [s.name for s in config.default.stages]
+    chat = {"gen_ai.operation.name": "chat"}
+    assert classify("x", SpanKind.INTERNAL, "s", chat) == stages.index("model_call")
+    assert classify("x", SpanKind.INTERNAL, "s", {**chat, "logfire.span_type": "log"}) == stages.index("logs")
+    assert classify("x", SpanKind.INTERNAL, "s", {**chat, "logfire.span_type": ["log"]}) == stages.index("model_call")
+
+
+def test_a_veto_needs_a_condition_beside_it() -> None:
+    """A rule made only of vetoes would match every span: it is refused when built."""
+    with pytest.raises(ValueError, match="unless"):
+        MatchRule(unless=(("logfire.span_type", exact_values(["log"])),))
 
 
 def test_a_value_set_only_at_the_end_still_classifies() -> None:

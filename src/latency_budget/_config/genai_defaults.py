@@ -7,7 +7,9 @@ values of which attribute key put a span in which stage. Each (stage, key) pair 
 to one single-attribute :class:`MatchRule`, so the classifier answers with one dictionary
 probe per key. Values listed as ``not_stages`` are known and deliberately left out
 (agents, workflows, chains): their spans contain the calls, they are not calls.
-Recognising the next instrumentation is a new row, not new code.
+:data:`NOT_CALLS` lists values that make a span no call whatever else it carries (a
+Logfire log record that repeats its call's operation name). Recognising the next
+instrumentation is a new row, not new code.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ __all__ = [
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DIALECTS",
+    "NOT_CALLS",
     "Dialect",
+    "NotACall",
     "builtin_rules",
 ]
 
@@ -102,8 +106,32 @@ DIALECTS: tuple[Dialect, ...] = (
 )
 
 
-def _compile(dialects: tuple[Dialect, ...]) -> dict[str, tuple[MatchRule, ...]]:
-    """One single-attribute rule per (stage, key), values merged across dialects sharing a key."""
+@dataclass(frozen=True, slots=True)
+class NotACall:
+    """Values of one key that make a span no call, whatever its other attributes say."""
+
+    source: str
+    key: str
+    values: tuple[str, ...]
+    why: str  # for the README's dialect table
+
+
+NOT_CALLS: tuple[NotACall, ...] = (
+    NotACall(
+        "Logfire",
+        "logfire.span_type",
+        ("log",),
+        "a log record written as a zero-length span (instrument_openai's `streaming response from ...` "
+        "beside a streamed call carries the call's gen_ai.operation.name)",
+    ),
+)
+
+
+def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> dict[str, tuple[MatchRule, ...]]:
+    """One single-attribute rule per (stage, key), values merged across dialects sharing a key.
+
+    Every rule carries the same vetoes, from ``not_calls``.
+    """
     by_stage: dict[str, dict[str, list[str]]] = {stage: {} for stage in BUILTIN_STAGES}
     owner: dict[tuple[str, str], str] = {}
     for dialect in dialects:
@@ -112,13 +140,16 @@ def _compile(dialects: tuple[Dialect, ...]) -> dict[str, tuple[MatchRule, ...]]:
             if other != stage:
                 raise ValueError(f"{dialect.key}={value!r} is both {other} and {stage}")
             by_stage[stage].setdefault(dialect.key, []).append(value)
+    unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls)
     return {
-        stage: tuple(MatchRule(attributes=((key, exact_values(values)),)) for key, values in keys.items())
+        stage: tuple(
+            MatchRule(attributes=((key, exact_values(values)),), unless=unless) for key, values in keys.items()
+        )
         for stage, keys in by_stage.items()
     }
 
 
-_BUILTIN = _compile(DIALECTS)
+_BUILTIN = _compile(DIALECTS, NOT_CALLS)
 
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})

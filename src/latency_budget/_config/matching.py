@@ -64,15 +64,26 @@ def exact_values(values: Sequence[object]) -> frozenset[tuple[type, object]]:
     return frozenset((type(v), v) for v in values)
 
 
+# Attribute conditions: (key, its allowed values as exact_values gives them).
+Conditions = tuple[tuple[str, frozenset[tuple[type, object]]], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class MatchRule:
     """One rule: every condition that is set must hold."""
 
     name: re.Pattern[str] | None = None
-    attributes: tuple[tuple[str, frozenset[tuple[type, object]]], ...] = ()
+    attributes: Conditions = ()
     exists: tuple[str, ...] = ()
     kind: SpanKind | None = None
     scope: re.Pattern[str] | None = None
+    # Conditions that veto the rule: a span with one of these values is not matched,
+    # whatever else holds (the built-in rules' "not a call", see genai_defaults.NOT_CALLS).
+    unless: Conditions = ()
+
+    def __post_init__(self) -> None:
+        if self.unless and not self.needs_attributes:
+            raise ValueError("a rule's vetoes (unless) need an attribute condition beside them")
 
     @property
     def needs_attributes(self) -> bool:
@@ -101,11 +112,25 @@ class MatchRule:
                     return False
             except TypeError:  # unhashable values never match
                 return False
-        return True
+        return not self.unless or not vetoed(self.unless, attributes)
 
     def matches(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
         """Whether a span with these properties satisfies the rule."""
         return self.matches_static(name, kind, scope) and self.matches_attributes(attributes)
+
+
+def vetoed(unless: Conditions, attributes: Mapping[str, object]) -> bool:
+    """Whether ``attributes`` hold one of the ``unless`` values of a rule."""
+    for key, values in unless:
+        value = attributes.get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        try:
+            if (type(value), value) in values:
+                return True
+        except TypeError:  # unhashable values are no veto
+            continue
+    return False
 
 
 class AttributeDecision:
@@ -115,14 +140,22 @@ class AttributeDecision:
     spans) is settled by one set operation in C. When every candidate is a single
     attribute condition (the usual GenAI case), the answer is then one dictionary probe
     per distinct key: the earliest stage whose allowed values contain the span's value.
-    Otherwise the rules are tried in order.
+    Otherwise the rules are tried in order. A stage found through the index whose rules
+    carry vetoes (``unless``) is checked against them; a vetoed answer is settled by
+    trying the rules in order, so a later rule can still match.
     """
 
-    __slots__ = ("gate", "index", "rules")
+    __slots__ = ("gate", "index", "rules", "vetoes")
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
         simple = all(len(rule.attributes) == 1 and not rule.exists for _, rule in rules)
+        # stage -> the vetoes its rules share (a stage whose rules differ in them: no index).
+        shared: dict[int, Conditions] = {}
+        for stage, rule in rules:
+            if shared.setdefault(stage, rule.unless) != rule.unless:
+                simple = False
+        self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
         self.index: tuple[tuple[str, dict[tuple[type, object], int]], ...] | None = None
         if simple:
             by_key: dict[str, dict[tuple[type, object], int]] = {}
@@ -158,6 +191,11 @@ class AttributeDecision:
                 continue
             if stage >= 0 and (best < 0 or stage < best):
                 best = stage
+        if best >= 0 and self.vetoes is not None and (unless := self.vetoes.get(best)) and vetoed(unless, attributes):
+            for stage, rule in self.rules:  # rare: settle it rule by rule
+                if rule.matches_attributes(attributes):
+                    return stage
+            return -1
         return best
 
 
