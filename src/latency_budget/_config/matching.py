@@ -145,7 +145,7 @@ class AttributeDecision:
     trying the rules in order, so a later rule can still match.
     """
 
-    __slots__ = ("gate", "index", "rules", "vetoes")
+    __slots__ = ("gate", "index", "rules", "veto_keys", "vetoes")
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
@@ -156,6 +156,8 @@ class AttributeDecision:
             if shared.setdefault(stage, rule.unless) != rule.unless:
                 simple = False
         self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
+        # The keys of every veto: a span with none of them (nearly all) is checked by one set operation.
+        self.veto_keys = frozenset(key for u in (self.vetoes or {}).values() for key, _ in u)
         self.index: tuple[tuple[str, dict[tuple[type, object], int]], ...] | None = None
         if simple:
             by_key: dict[str, dict[tuple[type, object], int]] = {}
@@ -191,7 +193,13 @@ class AttributeDecision:
                 continue
             if stage >= 0 and (best < 0 or stage < best):
                 best = stage
-        if best >= 0 and self.vetoes is not None and (unless := self.vetoes.get(best)) and vetoed(unless, attributes):
+        if (
+            best >= 0
+            and self.vetoes is not None
+            and not self.veto_keys.isdisjoint(attributes)
+            and (unless := self.vetoes.get(best))
+            and vetoed(unless, attributes)
+        ):
             for stage, rule in self.rules:  # rare: settle it rule by rule
                 if rule.matches_attributes(attributes):
                     return stage
@@ -298,6 +306,8 @@ class _Ordered(AttributeDecision):
         self.rules = rules
         self.index = None
         self.gate = None  # the last rule holds whatever the attributes
+        self.vetoes = None  # decide() below tries each rule whole, vetoes included
+        self.veto_keys = frozenset()
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         for stage, rule in self.rules:
