@@ -16,21 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import latency_budget.export
 from latency_budget import LatencyBudgetProcessor
 from latency_budget.export import BudgetMetrics, ViolationLogEmitter
 
+from .otlp import otlp_providers
 from .pipeline import (
     BUDGETS,
     MODEL_BUDGET_MS,
@@ -91,28 +82,17 @@ def _send_with_configure(collector: CollectorService, service: str) -> tuple[Emi
 
 
 def _send_with_hand_built_providers(collector: CollectorService, service: str) -> tuple[EmittedRequest, EmittedRequest]:
-    endpoint = collector.otlp_grpc_endpoint
-    resource = Resource.create({"service.name": service})
-    logger_provider = LoggerProvider(resource=resource)
-    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=endpoint, insecure=True)))
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint, insecure=True))
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(
-        LatencyBudgetProcessor(
-            BUDGETS,
-            BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)),
-            on_report=[ViolationLogEmitter(logger_provider), BudgetMetrics(meter_provider)],
+    with otlp_providers(collector, service) as providers:
+        providers.tracer.add_span_processor(
+            LatencyBudgetProcessor(
+                BUDGETS,
+                providers.span_exporting_processor(),
+                on_report=[ViolationLogEmitter(providers.logger), BudgetMetrics(providers.meter)],
+            )
         )
-    )
-    tracer = provider.get_tracer("e2e.support-assistant")
-    try:
+        tracer = providers.tracer.get_tracer("e2e.support-assistant")
         within = emit_request(tracer, model_ms=WITHIN_MODEL_MS)
         over = emit_request(tracer, model_ms=OVER_MODEL_MS)
-    finally:
-        provider.shutdown()
-        logger_provider.shutdown()
-        meter_provider.shutdown()
     return over, within
 
 

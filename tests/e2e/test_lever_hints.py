@@ -20,16 +20,6 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
-from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk._logs import LoggerProvider
-from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
@@ -37,6 +27,7 @@ from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget._processor import ReportCallback
 from latency_budget.export import BudgetMetrics, HintLogEmitter, ViolationLogEmitter
 
+from .otlp import otlp_providers
 from .services import CollectorService, JaegerService, poll
 from .signals import collector_log_records, jaeger_events, jaeger_root, jaeger_spans, jaeger_tags, prometheus_samples
 
@@ -127,53 +118,44 @@ def retrieval() -> dict[str, AttributeValue]:
 
 def send(collector: CollectorService, service: str) -> Sent:
     """Earlier requests, then the one that pulls every lever, through the processor and the real exporters."""
-    endpoint = collector.otlp_grpc_endpoint
-    resource = Resource.create({"service.name": service})
-    logger_provider = LoggerProvider(resource=resource)
-    logger_provider.add_log_record_processor(BatchLogRecordProcessor(OTLPLogExporter(endpoint=endpoint, insecure=True)))
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=endpoint, insecure=True))
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    provider = TracerProvider(resource=resource)
-    sinks: list[ReportCallback] = [
-        ViolationLogEmitter(logger_provider),
-        HintLogEmitter(logger_provider),
-        BudgetMetrics(meter_provider),
-    ]
-    provider.add_span_processor(
-        LatencyBudgetProcessor(
-            BUDGETS, BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True)), on_report=sinks
+    with otlp_providers(collector, service) as providers:
+        sinks: list[ReportCallback] = [
+            ViolationLogEmitter(providers.logger),
+            HintLogEmitter(providers.logger),
+            BudgetMetrics(providers.meter),
+        ]
+        providers.tracer.add_span_processor(
+            LatencyBudgetProcessor(BUDGETS, providers.span_exporting_processor(), on_report=sinks)
         )
-    )
-    tracer = provider.get_tracer("e2e.support-assistant")
-    start = time.time_ns() - 600_000 * MS
-    try:
-        for n in range(12):  # earlier requests: each model streams, at 12 context sizes and answer lengths
-            request = Timeline(tracer, "POST /v1/support/chat", start)
-            if n == 0:
-                request.child("retrieval support-kb", 40, retrieval())
-            for model in MODELS:
-                duration, attributes = chat(model, 1000 * (n + 1), 50 * (n + 1), stream=True)
-                request.child(f"chat {model}", duration, attributes)
-            request.end()
-            start = request.now + 50 * MS
-        target = Timeline(tracer, "POST /v1/support/chat", start)
-        target.child("retrieval support-kb", 40, retrieval())  # asked before: cache
-        duration, attributes = chat("gpt-4o", 2000, 900, stream=False)  # not streamed, long, slower model
-        target.child("chat gpt-4o", duration, attributes)
-        duration, attributes = chat("gpt-4o", 11_500, 40, stream=True)  # a large context
-        target.child("chat gpt-4o", duration, attributes)
-        duration, attributes = chat("gpt-4o-mini", 3000, 60, stream=True)  # a third model call: past max_calls
-        target.child("chat gpt-4o-mini", duration, attributes)
-        tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
-        arguments = {**tool, "gen_ai.tool.call.arguments": '{"order_id": "A-10423"}'}
-        target.child("execute_tool lookup_order", 120, arguments)  # twice, back to back: cache, sequential
-        target.child("execute_tool lookup_order", 120, arguments)
-        context = target.end()
-    finally:
-        provider.shutdown()
-        logger_provider.shutdown()
-        meter_provider.shutdown()
+        context = _requests(providers.tracer.get_tracer("e2e.support-assistant"))
     return Sent(service, f"{context.trace_id:032x}", f"{context.span_id:016x}", collector)
+
+
+def _requests(tracer: trace.Tracer) -> trace.SpanContext:
+    """The earlier requests and the target one; the target root's context."""
+    start = time.time_ns() - 600_000 * MS
+    for n in range(12):  # earlier requests: each model streams, at 12 context sizes and answer lengths
+        request = Timeline(tracer, "POST /v1/support/chat", start)
+        if n == 0:
+            request.child("retrieval support-kb", 40, retrieval())
+        for model in MODELS:
+            duration, attributes = chat(model, 1000 * (n + 1), 50 * (n + 1), stream=True)
+            request.child(f"chat {model}", duration, attributes)
+        request.end()
+        start = request.now + 50 * MS
+    target = Timeline(tracer, "POST /v1/support/chat", start)
+    target.child("retrieval support-kb", 40, retrieval())  # asked before: cache
+    duration, attributes = chat("gpt-4o", 2000, 900, stream=False)  # not streamed, long, slower model
+    target.child("chat gpt-4o", duration, attributes)
+    duration, attributes = chat("gpt-4o", 11_500, 40, stream=True)  # a large context
+    target.child("chat gpt-4o", duration, attributes)
+    duration, attributes = chat("gpt-4o-mini", 3000, 60, stream=True)  # a third model call: past max_calls
+    target.child("chat gpt-4o-mini", duration, attributes)
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
+    arguments = {**tool, "gen_ai.tool.call.arguments": '{"order_id": "A-10423"}'}
+    target.child("execute_tool lookup_order", 120, arguments)  # twice, back to back: cache, sequential
+    target.child("execute_tool lookup_order", 120, arguments)
+    return target.end()
 
 
 @pytest.fixture(scope="module")

@@ -25,22 +25,27 @@ from ..stacks import Outcome, budgets
 from .test_pydantic_ai import ANSWER, MODEL_NAME, TTFT, answer, stream_answer, weather
 
 
-@pytest.fixture
-def pipe() -> Iterator[Pipeline]:
-    """Logfire configured offline with the budget processor, and pydantic-ai instrumented through it."""
+def logfire_pipeline(max_model_calls: int) -> Pipeline:
+    """Logfire configured offline, the budget processor in its setup as a user adds it; nothing is sent."""
     exporter = InMemorySpanExporter()
     handed = RecordingProcessor()
-    processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls=2)), SimpleSpanProcessor(exporter))
+    processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls)), SimpleSpanProcessor(exporter))
     logfire.configure(
         send_to_logfire=False,
         console=False,
         service_name="latency-budget-tests",
         additional_span_processors=[handed, processor],
     )
+    return Pipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def pipe() -> Iterator[Pipeline]:
+    """Logfire with the budget processor, and pydantic-ai instrumented through it."""
+    pipeline = logfire_pipeline(max_model_calls=2)
     logfire.instrument_pydantic_ai()
-    provider = trace.get_tracer_provider()
     try:
-        yield Pipeline(provider, processor, exporter, handed=handed)  # type: ignore[arg-type]
+        yield pipeline
     finally:
         Agent.instrument_all(False)
         logfire.force_flush()

@@ -12,15 +12,13 @@ from collections.abc import Iterator
 import logfire
 import pytest
 from openai import OpenAI
-from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from latency_budget import LatencyBudgetProcessor, load_budgets
+from latency_budget import load_budgets
 
 from ...instrumentation.fake_openai import MODEL, FakeOpenAIServer, serve
-from ...unit.helpers import Pipeline, RecordingProcessor
+from ...unit.helpers import Pipeline
 from ..stacks import Outcome, budgets
+from .test_logfire import logfire_pipeline
 
 MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -34,18 +32,9 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture
 def pipe() -> Iterator[Pipeline]:
-    """Logfire configured offline with the budget processor (two model calls allowed)."""
-    exporter = InMemorySpanExporter()
-    handed = RecordingProcessor()
-    processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls=2)), SimpleSpanProcessor(exporter))
-    logfire.configure(
-        send_to_logfire=False,
-        console=False,
-        service_name="latency-budget-tests",
-        additional_span_processors=[handed, processor],
-    )
+    """Logfire with the budget processor (two model calls allowed)."""
     try:
-        yield Pipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
+        yield logfire_pipeline(max_model_calls=2)
     finally:
         logfire.force_flush()
 
