@@ -161,6 +161,19 @@ def test_demo_command_prints_tables_and_the_summary() -> None:
     assert result.stderr == ""
 
 
+def test_the_readme_quotes_what_the_demo_prints() -> None:
+    """Each line of the README's abridged demo output (`--seed 7`) is a line the demo prints, in that order."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("What the demo prints (abridged; `latency-budget demo --seed 7`):", 1)[1]
+    quoted = [line for line in block.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines() if line != "..."]
+    result = run_cli("demo", "--seed", "7", timeout=60)
+    assert result.returncode == 0, result.stderr
+    printed = iter(result.stdout.splitlines())
+    missing = [line for line in quoted if not any(line == out for out in printed)]  # in order: one pass
+    assert missing == []
+    assert len(quoted) >= 30  # the request table, the summary, where to win
+
+
 def test_demo_output_is_reproducible_and_independent_of_concurrency() -> None:
     """The same seed prints the same report; with other concurrency only the first line changes."""
     one = run_cli("demo", "-n", "60", "--seed", "5", "-c", "1")
