@@ -1,7 +1,7 @@
 """The attribute and event names this package writes: a public, versioned contract.
 
 Dashboards, Jaeger searches and alerts are built on these names, so they change only
-with a new :data:`CONTRACT_VERSION`, and the README says what changed.
+with a new :data:`CONTRACT_VERSION`, and docs/attributes.md says what changed.
 """
 
 from __future__ import annotations

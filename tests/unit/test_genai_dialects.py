@@ -1,4 +1,4 @@
-"""The built-in dialect table: every row classifies, every first-token source is read, the README agrees.
+"""The built-in dialect table: every row classifies, every first-token source is read, the docs agree.
 
 The real libraries that write these attributes run in tests/frameworks (scripts/test-frameworks);
 these tests pin the table itself, one synthetic span per row, through a real pipeline.
@@ -136,9 +136,9 @@ def test_no_value_means_two_stages() -> None:
     assert {key: stages for key, stages in meaning.items() if len(stages) > 1} == {}
 
 
-def _readme_table() -> dict[tuple[str, str], set[str]]:
-    """(stage, key) -> values of the README's built-in matcher table."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def _documented_table() -> dict[tuple[str, str], set[str]]:
+    """(stage, key) -> values of the built-in matcher table in docs/budget-file.md."""
+    text = (REPO / "docs" / "budget-file.md").read_text(encoding="utf-8")
     section = text.split("**Built-in GenAI matchers.**", 1)[1].split("\n\n", 2)[1]
     lines = [line for line in section.splitlines() if line.startswith("|")]
     header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
@@ -153,13 +153,13 @@ def _readme_table() -> dict[tuple[str, str], set[str]]:
     return table
 
 
-def test_the_readme_table_is_the_dialect_table() -> None:
-    """The README's built-in matcher table lists exactly the values the defaults use."""
+def test_the_documented_table_is_the_dialect_table() -> None:
+    """The built-in matcher table of docs/budget-file.md lists exactly the values the defaults use."""
     expected: dict[tuple[str, str], set[str]] = {}
     for dialect in DIALECTS:
         for value, stage in dialect.values.items():
             expected.setdefault((stage, dialect.key), set()).add(value)
-    assert _readme_table() == expected
+    assert _documented_table() == expected
 
 
 # -- time to first token -----------------------------------------------------------------------

@@ -112,11 +112,11 @@ def test_objective_errors_name_file_line_and_key(text: str, message: str) -> Non
     assert error_of(text).startswith(message)
 
 
-def test_the_readme_objective_example_loads_as_it_says() -> None:
-    """README's objective example loads, with the default, a stage's own and the profile's overrides as it says."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8").split("## Alerting on budgets", 1)[1]
+def test_the_alerting_page_objective_example_loads_as_it_says() -> None:
+    """docs/alerting.md's objective example loads with the default, a stage's own and the profile's overrides."""
+    readme = (REPO / "docs" / "alerting.md").read_text(encoding="utf-8").split("## Alerting on budgets", 1)[1]
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
-    config = load_budgets(text=example, source="README.md")
+    config = load_budgets(text=example, source="docs/alerting.md")
     default, voice = config.default, config.budgets_by_profile("voice")
     assert (default.stage("model_call").objective, default.stage("guardrails").objective) == (0.99, 0.95)
     assert (default.total_objective, default.first_token_objective) == (0.995, 0.99)

@@ -39,7 +39,7 @@ BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
 class Dialect:
     """One attribute key of one vocabulary: which of its values mean which built-in stage."""
 
-    source: str  # who writes the key (for the README and error messages)
+    source: str  # who writes the key (for the docs and error messages)
     key: str
     stages: Mapping[str, tuple[str, ...]]
     not_stages: tuple[str, ...] = ()  # values known to mean "not a call": agents, workflows...
@@ -113,7 +113,7 @@ class NotACall:
     source: str
     key: str
     values: tuple[str, ...]
-    why: str  # for the README's dialect table
+    why: str  # for the dialect table (docs)
 
 
 NOT_CALLS: tuple[NotACall, ...] = (

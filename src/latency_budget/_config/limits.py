@@ -4,7 +4,7 @@ A budget file is read at start-up and, with live reload, on a background thread 
 host application: whatever it contains, reading it must take little time and memory and
 end in a config or one :class:`~latency_budget.BudgetConfigError`. Real budget files are
 a few kilobytes with a handful of stages; these limits are two orders of magnitude above.
-The README's Reliability section lists them.
+docs/reliability.md lists them.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         default=30.0,
         help="deadline for Jaeger's whole answer, connection included (default: 30)",
     )
-    bounds = parser.add_argument_group("limits on the input (see the README's Reliability section)")
+    bounds = parser.add_argument_group("limits on the input (see docs/reliability.md)")
     defaults = InputLimits()
     bounds.add_argument(
         "--max-input-size",

@@ -26,7 +26,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 @dataclass(frozen=True, slots=True)
 class InputLimits:
-    """How much recorded input the CLI accepts (see the README's Reliability section)."""
+    """How much recorded input the CLI accepts (see docs/reliability.md)."""
 
     max_bytes: int = 1 << 30
     """Largest input, after decompression: a file, standard input or a Jaeger answer."""
