@@ -36,7 +36,9 @@ def test_every_relative_link_resolves(page: Path) -> None:
                 continue
             path, _, fragment = href.partition("#")
             target = (page.parent / path).resolve() if path else page
-            if not target.exists():
+            if not path and not fragment:
+                broken.append(f"{number}: {href} (links nowhere)")
+            elif not target.exists():
                 broken.append(f"{number}: {href} (no such file)")
             elif fragment and target.suffix == ".md" and fragment not in _anchors(target):
                 broken.append(f"{number}: {href} (no such heading)")

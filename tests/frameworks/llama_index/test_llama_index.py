@@ -182,7 +182,7 @@ def test_openllmetry_chat_and_embedding_spans_land_in_their_stages(
     """OpenLLMetry marks LLM chat spans `chat` and embedding spans `embeddings`: one model call, one retrieval.
 
     Its retriever, completion and tool spans are plain `task`/`workflow` spans (nothing says
-    what they are), so they are in no stage: see the dialect table (docs/dialects.md).
+    what they are), so they are in no stage: see the README's dialect table.
     """
     with openllmetry.tracer.start_as_current_span("request"):
         index.as_retriever(similarity_top_k=1).retrieve("Where is Paris?")
