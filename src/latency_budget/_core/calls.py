@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 
 from latency_budget._core.critical_path import RecordedSpan
 
-__all__ = ["OPERATION", "OPERATION_KEYS", "nested_calls", "operation_of"]
+__all__ = ["OPERATION_KEYS", "nested_calls", "operation_of"]
 
 # The attributes that say which operation a GenAI span performs, in the order they are
 # read: the OpenTelemetry GenAI semantic conventions, OpenInference, OpenLLMetry
@@ -31,7 +31,6 @@ OPERATION_KEYS = (
     "langfuse.observation.type",
     "llm.request.type",
 )
-OPERATION = OPERATION_KEYS[0]  # the one most spans carry: read inline on the hot path
 
 
 def operation_of(name: str, attributes: Mapping[str, object]) -> str:

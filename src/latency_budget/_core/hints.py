@@ -16,7 +16,7 @@ A hint is given only when it would save at least the profile's ``min_saving_ms``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal
@@ -64,7 +64,7 @@ def find_hints(
     spans: Sequence[RecordedSpan],
     counts: Sequence[int] | None = None,
     names: Mapping[int, str] | None = None,
-    kinds: Mapping[int, str] | None = None,
+    kinds: Callable[[], Mapping[int, str]] | None = None,
     nested: AbstractSet[int] = frozenset(),
 ) -> tuple[Hint, ...]:
     """Hints for one trace, sequential-call hints first, then iterations, by savings.
@@ -72,8 +72,9 @@ def find_hints(
     ``counts`` (calls per stage index, when the caller already has them) lets a trace
     with nothing to hint skip the work: most traces have no repeated stage. ``names``
     (span id -> span name, for stage spans) names the spans of each hint; ``kinds``
-    (span id -> operation, for stage spans) says which calls are of one kind (calls
-    without one are all of one kind). ``nested`` holds the positions in ``spans`` of
+    gives (span id -> operation, for stage spans), which calls are of one kind (calls
+    without one are all of one kind); it is called only when a stage may earn a
+    sequential-calls hint. ``nested`` holds the positions in ``spans`` of
     stage spans nested in a call of their own stage: parts of a call, not calls.
     """
     stages = budgets.stages
@@ -96,7 +97,7 @@ def find_hints(
     hints: list[Hint] = []
     known = names if names is not None else _NO_NAMES
     if parallelizable:
-        of_kind = kinds if kinds is not None else _NO_NAMES
+        of_kind = kinds() if kinds is not None else _NO_NAMES
         by_parent: dict[int, list[_Sibling]] = {}
         for index, span in enumerate(spans):
             span_id, parent_id, start, end, stage = span

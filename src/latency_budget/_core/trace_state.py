@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from latency_budget._attributes import STAGE
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
-from latency_budget._core.calls import OPERATION, nested_calls, operation_of
+from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import time_to_first_token_ns
 from latency_budget._core.hints import find_hints
@@ -60,7 +60,6 @@ class TraceState:
         "finished",
         "first_tokens",
         "inner_calls",
-        "kinds",
         "last_seen",
         "lock",
         "max_spans",
@@ -108,8 +107,6 @@ class TraceState:
         self.spans: list[RecordedSpan] = []
         # The names of the recorded stage spans, by span id, so that hints can name them.
         self.names: dict[int, str] = {}
-        # What kind of call each recorded stage span is (see calls.py), for hints.
-        self.kinds: dict[int, str] = {}
         # (stage, span start, time to first token) of the recorded stage spans that have one.
         self.first_tokens: list[tuple[int, int, int]] = []
         # The recorded stage spans other than the root, with their (frozen) attributes, for
@@ -166,16 +163,13 @@ class TraceState:
         sources = config.stages[stage].first_token
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source) if sources else None
         if len(spans) < self.max_spans or span_id == self.root_id:
-            self.names[span_id] = name  # before the append: a span in a snapshot has its name, for hints
-            operation = attributes.get(OPERATION)  # the usual answer, without a call
-            if operation.__class__ is not str:
-                operation = operation_of(name, attributes)
-            self.kinds[span_id] = operation
+            # Name and call before the append: a span in a snapshot has both, for the hints.
+            self.names[span_id] = name
+            if span_id != self.root_id:
+                self.calls.append((span_id, stage, start, end, ttft, attributes))
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft))
-            if span_id != self.root_id:
-                self.calls.append((span_id, stage, start, end, ttft, attributes))
         else:
             self.truncated = True
             with self.lock:
@@ -195,6 +189,11 @@ class TraceState:
             instant = start + first_token_ns
             if self.overflow_first_token_at is None or instant < self.overflow_first_token_at:
                 self.overflow_first_token_at = instant
+
+    def call_kinds(self) -> dict[int, str]:
+        """What kind of call each recorded stage span but the root is (see calls.py), for hints."""
+        names = self.names
+        return {call[0]: operation_of(names.get(call[0], ""), call[5]) for call in self.calls[:]}
 
     def outermost_calls(self) -> list[tuple[int, int, int, int, int | None, Mapping[str, object]]]:
         """The recorded stage calls (``calls``) but those nested in a call of their stage.
@@ -295,7 +294,7 @@ class TraceState:
                 by_stage[budget.name] = ns / 1e6
             critical_ms: dict[str, float] | None = by_stage
             unattributed_ms = unattributed / 1e6
-            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.kinds, nested)
+            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested)
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
             critical_ms = {budget.name: 0.0 for budget in stages}
