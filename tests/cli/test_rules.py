@@ -17,7 +17,7 @@ from latency_budget.cli import main
 from .conftest import REPO, run_cli
 
 EXAMPLE = REPO / "budgets.example.yaml"
-WINDOWS = ["5m", "30m", "1h", "6h", "3d"]
+WINDOWS = ["5m", "30m", "1h", "6h", "3d", "30d"]  # the alert windows and the SLO period
 
 
 def _generate(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[dict[str, Any]], str]:
@@ -36,7 +36,7 @@ def _budgets(tmp_path: Path, text: str) -> str:
 
 
 def test_example_records_every_budget_over_every_window(capsys: pytest.CaptureFixture[str]) -> None:
-    """Each stage with a budget, the total and the first token get one ratio rule per alert window."""
+    """Each stage with a budget, the total and the first token get one ratio rule per alert window and the period."""
     rules, _ = _generate(capsys, str(EXAMPLE))
     recorded = [
         (r["record"].removeprefix("latency_budget:requests_over_budget:ratio_rate"), r["labels"])
@@ -87,17 +87,18 @@ def test_example_alerts_on_each_objective_with_the_workbook_rows(capsys: pytest.
     page = guardrails[0]
     assert page["expr"] == (
         'latency_budget:requests_over_budget:ratio_rate1h{latency_budget_stage="guardrails", '
-        'latency_budget_kind="stage", latency_budget_profile="default"} > (14.4 * (1 - 0.95))\n'
+        'latency_budget_kind="stage", latency_budget_profile="default"} > 0.72\n'
         "and\n"
         'latency_budget:requests_over_budget:ratio_rate5m{latency_budget_stage="guardrails", '
-        'latency_budget_kind="stage", latency_budget_profile="default"} > (14.4 * (1 - 0.95))\n'
+        'latency_budget_kind="stage", latency_budget_profile="default"} > 0.72\n'
     )
     annotations = page["annotations"]
     assert annotations["budget"] == "200ms, severity warn"
     assert annotations["objective"] == "95%"
     assert annotations["ratio"] == "{{ $value | humanizePercentage }}"
     assert annotations["next"] == (
-        "latency-budget report --jaeger http://localhost:16686 --service {{ $labels.service_name }} "
+        "latency-budget report --jaeger http://localhost:16686 "
+        """--service '{{ reReplaceAll "'" "'\\\\''" $labels.service_name }}' """
         f"--lookback 1h --budgets {EXAMPLE}"
     )
     # A warn-level stage's spans over budget are marked latency_budget.warned, not .violated.
@@ -132,10 +133,11 @@ def test_service_restricts_every_selector(capsys: pytest.CaptureFixture[str]) ->
     assert {s.split("{")[0] for s in selectors} == {
         "latency_budget_requests_total",
         *(f"latency_budget:requests_over_budget:ratio_rate{window}" for window in WINDOWS),
+        "latency_budget:period_burn_rate:ratio",
     }
     assert all(s.split("{")[1].startswith('service_name="eu \\"checkout\\"", ') for s in selectors)
     alert = next(r for r in rules if "alert" in r)
-    assert '--service eu "checkout" ' in alert["annotations"]["next"]
+    assert """--service 'eu "checkout"' """ in alert["annotations"]["next"]
     assert "search?service=eu%20%22checkout%22&" in alert["annotations"]["jaeger_search"]
 
 
@@ -143,10 +145,10 @@ def test_burn_rates_replace_the_workbook_rows(capsys: pytest.CaptureFixture[str]
     """--burn-rate rows replace the defaults, and their windows are the ones recorded."""
     rules, _ = _generate(capsys, str(EXAMPLE), "--burn-rate", "page:2m/30s:10", "--burn-rate", "ticket:1h30m/10m:2.5")
     windows = {r["record"].rsplit("rate", 1)[1] for r in rules if r.get("record", "").startswith("latency_budget:req")}
-    assert windows == {"30s", "2m", "10m", "1h30m"}
+    assert windows == {"30s", "2m", "10m", "1h30m", "30d"}
     rows = {(r["labels"]["severity"], r["labels"]["window"]) for r in rules if "alert" in r}
     assert rows == {("page", "2m"), ("ticket", "1h30m")}
-    assert any("> (2.5 * (1 - 0.99))" in r["expr"] for r in rules if "alert" in r)
+    assert any("> 0.025\n" in r["expr"] for r in rules if "alert" in r)  # 2.5 x (1 - 99%), exactly
 
 
 def test_a_file_without_objectives_gets_recording_rules_and_a_note(

@@ -113,9 +113,9 @@ def _rule_count(path: Path) -> int:
 def test_promtool_check_rules_accepts_the_generated_file(
     promtool: str, tmp_path: Path, budgets: str | Path, options: Sequence[str]
 ) -> None:
-    """`promtool check rules` (syntax, PromQL, templates, duplicate rules) passes on the generated rules."""
+    """`promtool check rules --lint-fatal` (syntax, PromQL, templates, duplicate rules) passes on the generated rules."""
     rules = _rules(tmp_path, budgets, *options)
-    result = _promtool(promtool, "check", "rules", rules)
+    result = _promtool(promtool, "check", "rules", "--lint-fatal", rules)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {_rule_count(rules)} rules found" in result.stdout
 
@@ -167,11 +167,16 @@ def _selector(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ", ".join(f'{key}="{value}"' for key, value in labels.items()) + "}"
 
 
+# The alert's service_name label as one shell word, as the generated `next` annotation writes it.
+SERVICE_WORD = """'{{ reReplaceAll "'" "'\\\\''" $labels.service_name }}'"""
+
+
 def _render(template: str, *, value: float, service: str) -> str:
-    """What Prometheus's templates make of the three expressions the generated annotations use."""
+    """What Prometheus's templates make of the four expressions the generated annotations use."""
     text = template.replace("{{ $value | humanizePercentage }}", f"{value * 100:.4g}%")
     text = text.replace("{{ $labels.service_name | urlquery }}", service)
-    text = text.replace("{{ $labels.service_name }}", service)
+    quoted = "'" + service.replace("'", "'\\''") + "'"  # the label as one shell word, as POSIX quotes it
+    text = text.replace(SERVICE_WORD, quoted)
     assert "{{" not in text, f"an annotation uses a template this test does not render: {text}"
     return text
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 from collections.abc import Callable
 
 from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._encode import visible
 
 __all__ = [
     "EXIT_INTERNAL",
@@ -13,9 +15,13 @@ __all__ = [
     "CliError",
     "Subparsers",
     "example_epilog",
+    "http_url",
     "load_budgets_option",
     "raw_help",
+    "service_name",
 ]
+
+MAX_SERVICE_NAME = 255  # characters; OpenTelemetry sets no limit, Jaeger and Prometheus labels read this much
 
 EXIT_INTERNAL = 3
 EXIT_STATUS = """\
@@ -58,3 +64,24 @@ def load_budgets_option(
         return load_budgets(path), path
     except BudgetConfigError as exc:
         raise CliError(str(exc)) from None
+
+
+def service_name(text: str) -> str:
+    """An argparse type: a service name that can be searched, labelled and pasted (visible characters only)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a service name, got an empty one")
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"a service name cannot hold control, line-break or bidi characters, got {visible(text)!r}"
+        )
+    if len(text) > MAX_SERVICE_NAME:
+        raise argparse.ArgumentTypeError(f"a service name has at most {MAX_SERVICE_NAME} characters, got {len(text)}")
+    return text
+
+
+def http_url(text: str) -> str:
+    """An argparse type: an http or https URL with a host, of visible characters and no spaces."""
+    parsed = urllib.parse.urlsplit(text) if text.isprintable() and " " not in text else None
+    if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(f"expected an http or https URL such as http://localhost:16686, got {visible(text)!r}")
+    return text

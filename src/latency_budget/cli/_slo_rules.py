@@ -19,24 +19,31 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-import yaml
-
 from latency_budget._attributes import PROFILE, STAGE, VIOLATED, WARNED
 from latency_budget._config import BudgetConfig, BudgetSet
 from latency_budget._config.model import StageBudget
 from latency_budget._core.report import TOTAL, format_ms
+from latency_budget._encode import promql_string, shell_word, template_text, yaml_comment, yaml_scalar
 from latency_budget._version import __version__
 
 __all__ = [
     "ALERT_NAME",
+    "BURN_RATE_RECORD",
+    "DEFAULT_MAX_RULES",
+    "DEFAULT_PERIOD",
+    "ERROR_BUDGET_RECORD",
     "OBJECTIVE_RECORD",
     "RATIO_RECORD",
+    "REMAINING_RECORD",
     "REQUESTS_METRIC",
+    "ROW_LABEL",
     "WORKBOOK_BURN_RATES",
     "BurnRate",
+    "TooManyRules",
     "parse_burn_rate",
     "ratio_record",
     "rules_document",
+    "rules_bound",
 ]
 
 # latency_budget.requests (a counter) as the Collector's Prometheus exporter names it: dots
@@ -52,12 +59,25 @@ GROUP_BY = (SERVICE_LABEL, STAGE_LABEL, KIND_LABEL, PROFILE_LABEL)
 
 RATIO_RECORD = "latency_budget:requests_over_budget:ratio_rate"  # + the window, e.g. ..._rate5m
 OBJECTIVE_RECORD = "latency_budget:objective:ratio"
+# Error-budget metadata, as SLO tooling records it: the budget (1 - objective), the burn rate
+# over the SLO period (the period's ratio over the budget) and the share of the budget left.
+ERROR_BUDGET_RECORD = "latency_budget:error_budget:ratio"
+BURN_RATE_RECORD = "latency_budget:period_burn_rate:ratio"
+REMAINING_RECORD = "latency_budget:period_error_budget_remaining:ratio"
+PERIOD_LABEL = "latency_budget_period"
+# Tells the burn-rate rows apart: two rows may share a severity and a long window.
+ROW_LABEL = "latency_budget_burn_rate"
 ALERT_NAME = "LatencyBudgetBurnRate"
+DEFAULT_PERIOD = "30d"
+# Stages (with total and first token) x (profiles + 1) x burn-rate rows: about the alerts written.
+DEFAULT_MAX_RULES = 5000
+# Prometheus durations are int64 nanoseconds: about 106,751 days.
+_MAX_DURATION_MS = (2**63 - 1) // 1_000_000
 
 # Prometheus durations this command accepts: units from days down, each at most once, in order.
 _DURATION = re.compile(r"(?=\d)(?:\d+d)?(?:\d+h)?(?:\d+m(?!s))?(?:\d+s)?(?:\d+ms)?\Z")
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _SEVERITY = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
@@ -69,6 +89,11 @@ class BurnRate:
     long_window: str
     short_window: str
     rate: float
+
+    @property
+    def row(self) -> str:
+        """The row as ``--burn-rate`` writes it, ``page:1h/5m:14.4``: the value of its alerts' row label."""
+        return f"{self.severity}:{self.long_window}/{self.short_window}:{_number(self.rate)}"
 
 
 # The Site Reliability Workbook, table 5-8: 2% of a 30-day error budget in an hour, 5% in
@@ -84,10 +109,12 @@ def duration_seconds(text: str) -> float:
     """Seconds in a Prometheus duration such as ``5m``, ``1h30m`` or ``3d``; ``ValueError`` otherwise."""
     if not _DURATION.match(text):
         raise ValueError(f"expected a duration such as 30s, 5m, 1h or 3d, got {text!r}")
-    seconds = sum(int(n) * _SECONDS[unit] for n, unit in _DURATION_PART.findall(text))
-    if seconds <= 0:
+    ms = sum(int(n) * _MS[unit] for n, unit in _DURATION_PART.findall(text))
+    if ms <= 0:
         raise ValueError(f"expected a duration above zero, got {text!r}")
-    return float(seconds)
+    if ms > _MAX_DURATION_MS:
+        raise ValueError(f"expected a duration Prometheus can hold (at most about 106751d), got {text!r}")
+    return ms / 1000
 
 
 def parse_burn_rate(text: str) -> BurnRate:
@@ -153,8 +180,7 @@ class _Objective:
 
 
 def _quote(value: str) -> str:
-    """A PromQL string literal (JSON's escapes are a subset of PromQL's)."""
-    return json.dumps(value)
+    return promql_string(value)
 
 
 def _selector(metric: str, matchers: Iterable[str]) -> str:
@@ -256,6 +282,25 @@ def _number(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
+def _threshold(objective: float, burn: BurnRate) -> Decimal:
+    """The ratio above which ``burn`` fires at ``objective``, exactly (``14.4 * 0.001`` is ``0.0144``)."""
+    return Decimal(repr(burn.rate)) * (1 - Decimal(repr(objective)))
+
+
+def _decimal(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+# The alert's own service_name label as one POSIX shell word, quoted when the alert fires
+# (a label value is not ours to check): '...' with each ' written as '\''.
+_SERVICE_WORD = """'{{ reReplaceAll "'" "'\\\\''" $labels.service_name }}'"""
+
+
+def _words(*words: str) -> str:
+    """A command line of shell words, each safe in an annotation (never expanded as a template)."""
+    return " ".join(template_text(shell_word(word)) for word in words)
+
+
 def _alert(
     objective: _Objective, burn: BurnRate, *, source: str, service: str | None, jaeger_url: str
 ) -> dict[str, Any]:
@@ -265,35 +310,41 @@ def _alert(
     objective_text = format_objective(objective.objective)
     allowed = 1 - Decimal(repr(objective.objective))
     burning = _percent(Decimal(repr(burn.rate)) * allowed)
-    threshold = f"({_number(burn.rate)} * (1 - {objective.objective!r}))"
+    threshold = _decimal(_threshold(objective.objective, burn))
     expr = (
         f"{_selector(ratio_record(burn.long_window), matchers)} > {threshold}\n"
         f"and\n{_selector(ratio_record(burn.short_window), matchers)} > {threshold}\n"
     )
+    jaeger = jaeger_url.rstrip("/")
     # Without --service, the alert's own service_name label names the service, filled in by the template.
-    service_ref = service if service else "{{ $labels.service_name }}"
-    service_query = urllib.parse.quote(service, safe="") if service else "{{ $labels.service_name | urlquery }}"
+    service_word = template_text(shell_word(service)) if service else _SERVICE_WORD
+    service_query = (
+        template_text(urllib.parse.quote(service, safe="")) if service else "{{ $labels.service_name | urlquery }}"
+    )
     query = {"tags": json.dumps(objective.jaeger_tags, separators=(",", ":"))}
     if objective.min_duration:
         query["minDuration"] = objective.min_duration
-    search = f"{jaeger_url.rstrip('/')}/search?service={service_query}&{urllib.parse.urlencode(query)}"
-    profile = f"profile {objective.profile}"
+    search = f"{template_text(jaeger)}/search?service={service_query}&{template_text(urllib.parse.urlencode(query))}"
+    profile = template_text(f"profile {objective.profile}")
+    subject = template_text(objective.subject)
+    where = template_text(source)
     return {
         "alert": ALERT_NAME,
         "expr": expr,
         "labels": {
             "severity": burn.severity,
             "window": burn.long_window,
+            ROW_LABEL: burn.row,
             **objective.target.labels(),
             PROFILE_LABEL: objective.profile,
         },
         "annotations": {
             "summary": (
-                f"{objective.subject} over budget in {{{{ $value | humanizePercentage }}}} of requests over the last "
+                f"{subject} over budget in {{{{ $value | humanizePercentage }}}} of requests over the last "
                 f"{burn.long_window} ({profile}; objective {objective_text} within budget)"
             ),
             "description": (
-                f"Budget ({source}, {profile}): {objective.budget}. The objective keeps {objective_text} of requests "
+                f"Budget ({where}, {profile}): {objective.budget}. The objective keeps {objective_text} of requests "
                 f"within it, so at most {_percent(allowed)} may break it. Over the last {burn.long_window}, "
                 f"{{{{ $value | humanizePercentage }}}} of requests broke it, and over the last {burn.short_window} "
                 f"more than {burning} did: the error budget is burning at least {_number(burn.rate)}x as fast as "
@@ -303,12 +354,42 @@ def _alert(
             "objective": objective_text,
             "ratio": "{{ $value | humanizePercentage }}",
             "next": (
-                f"latency-budget report --jaeger {jaeger_url.rstrip('/')} --service {service_ref} "
-                f"--lookback {burn.long_window} --budgets {source}"
+                f"{_words('latency-budget', 'report', '--jaeger', jaeger)} --service {service_word} "
+                f"{_words('--lookback', burn.long_window, '--budgets', source)}"
             ),
             "jaeger_search": search,
         },
     }
+
+
+def _metadata(objective: _Objective, *, service: str | None, period: str) -> list[dict[str, Any]]:
+    """The error-budget records of one objective: objective, budget, burn rate and remaining budget over ``period``."""
+    labels = {**objective.target.labels(), PROFILE_LABEL: objective.profile}
+    if service:
+        labels = {SERVICE_LABEL: service, **labels}
+    budget = 1 - Decimal(repr(objective.objective))
+    matchers = [f"{key}={_quote(value)}" for key, value in labels.items()]
+    over_period = {**labels, PERIOD_LABEL: period}
+    period_matchers = [*matchers, f"{PERIOD_LABEL}={_quote(period)}"]
+    return [
+        {"record": OBJECTIVE_RECORD, "expr": f"vector({objective.objective!r})", "labels": labels},
+        {"record": ERROR_BUDGET_RECORD, "expr": f"vector({_decimal(budget)})", "labels": labels},
+        {
+            "record": BURN_RATE_RECORD,
+            "expr": f"{_selector(ratio_record(period), matchers)} / {_decimal(budget)}",
+            "labels": over_period,
+        },
+        {"record": REMAINING_RECORD, "expr": f"1 - {_selector(BURN_RATE_RECORD, period_matchers)}", "labels": over_period},
+    ]
+
+
+class TooManyRules(ValueError):
+    """The budget file and rows would give more rules than the limit allows (checked before any work)."""
+
+
+def rules_bound(config: BudgetConfig, burn_rates: Sequence[BurnRate]) -> int:
+    """Stages (with total and first token) x (profiles + 1) x burn-rate rows: what the limit is checked against."""
+    return (len(config.stage_names) + 2) * (len(config.profiles) + 1) * max(1, len(burn_rates))
 
 
 def rules_document(
@@ -318,18 +399,34 @@ def rules_document(
     burn_rates: Sequence[BurnRate] = WORKBOOK_BURN_RATES,
     service: str | None = None,
     jaeger_url: str = "http://localhost:16686",
+    period: str = DEFAULT_PERIOD,
+    max_rules: int = DEFAULT_MAX_RULES,
 ) -> tuple[str, list[str]]:
     """The rules file for ``config`` as YAML text, and notes for the user (objectives that cannot alert).
 
     ``source`` names the budget file in comments and annotations; ``service`` restricts
-    every rule to series whose ``service_name`` is that service.
+    every rule to series whose ``service_name`` is that service; ``period`` is the SLO
+    period of the error-budget records. More than ``max_rules`` (see :func:`rules_bound`)
+    raises :class:`TooManyRules` before anything is built.
     """
+    bound = rules_bound(config, burn_rates)
+    if bound > max_rules:
+        raise TooManyRules(
+            f"{len(config.stage_names) + 2} stages (with total and first token) x {len(config.profiles) + 1} "
+            f"profiles x {len(burn_rates)} burn-rate rows is {bound:,} alerts, over the limit of {max_rules:,}"
+        )
+    rows = [burn.row for burn in burn_rates]
+    repeated = sorted({row for row in rows if rows.count(row) > 1})
+    if repeated:
+        raise ValueError(f"--burn-rate {repeated[0]} is given twice: its alerts could not be told apart")
     targets, objectives = _targets_and_objectives(config)
-    windows = sorted({w for burn in burn_rates for w in (burn.long_window, burn.short_window)}, key=duration_seconds)
+    windows = {w for burn in burn_rates for w in (burn.long_window, burn.short_window)}
+    if objectives:
+        windows.add(period)
     notes: list[str] = []
     rules: list[dict[str, Any]] = []
     for target in targets:
-        for window in windows:
+        for window in sorted(windows, key=duration_seconds):
             rules.append(
                 {
                     "record": ratio_record(window),
@@ -338,13 +435,10 @@ def rules_document(
                 }
             )
     for objective in objectives:
-        labels = {**objective.target.labels(), PROFILE_LABEL: objective.profile}
-        if service:
-            labels = {SERVICE_LABEL: service, **labels}
-        rules.append({"record": OBJECTIVE_RECORD, "expr": f"vector({objective.objective!r})", "labels": labels})
+        rules.extend(_metadata(objective, service=service, period=period))
     for objective in objectives:
         for burn in burn_rates:
-            if burn.rate * (1 - objective.objective) >= 1:
+            if _threshold(objective.objective, burn) >= 1:
                 notes.append(
                     f"{_describe(objective)}: objective {format_objective(objective.objective)} with a "
                     f"{_number(burn.rate)}x burn rate would need more than every request over budget: "
@@ -353,9 +447,9 @@ def rules_document(
             rules.append(_alert(objective, burn, source=source, service=service, jaeger_url=jaeger_url))
     if not objectives:
         notes.append(f"{source} sets no objective: recording rules only (add e.g. 'objective: 99%' at the top)")
-    header = _header(source, burn_rates, service)
+    header = _header(source, burn_rates, service, period)
     group = {"name": f"latency-budget {service or source}", "rules": rules}
-    return header + yaml.dump({"groups": [group]}, Dumper=_Dumper, sort_keys=False, width=1000), notes
+    return header + _yaml_groups([group]), notes
 
 
 def _describe(objective: _Objective) -> str:
@@ -364,26 +458,44 @@ def _describe(objective: _Objective) -> str:
     return f"{what} (profile {objective.profile})"
 
 
-def _header(source: str, burn_rates: Sequence[BurnRate], service: str | None) -> str:
+def _header(source: str, burn_rates: Sequence[BurnRate], service: str | None, period: str) -> str:
     rows = ", ".join(f"{b.severity} {b.long_window}/{b.short_window} {_number(b.rate)}x" for b in burn_rates)
-    scope = f" of service {service}" if service else ""
+    scope = f" of service {yaml_comment(service)}" if service else ""
     return (
-        f"# Prometheus rules for the latency budgets of {source}{scope},\n"
+        f"# Prometheus rules for the latency budgets of {yaml_comment(source)}{scope},\n"
         f"# generated by `latency-budget rules` (otel-latency-budget {__version__}): regenerate, do not edit.\n"
         f"# {RATIO_RECORD}<window>: share of requests over a budget, per {', '.join(GROUP_BY)},\n"
         f"#   from {REQUESTS_METRIC} as collector-config.yaml exports it.\n"
-        f"# {OBJECTIVE_RECORD}: each objective, for graphs. {ALERT_NAME}: multi-window, multi-burn-rate\n"
-        f"#   alerts (The Site Reliability Workbook, ch. 5): {rows}.\n"
+        f"# {OBJECTIVE_RECORD}, {ERROR_BUDGET_RECORD}: each objective and its error budget;\n"
+        f"#   {BURN_RATE_RECORD}, {REMAINING_RECORD}: over the SLO period ({period}).\n"
+        f"# {ALERT_NAME}: multi-window, multi-burn-rate alerts (The Site Reliability Workbook, ch. 5),\n"
+        f"#   one per row, labelled {ROW_LABEL}: {rows}.\n"
     )
 
 
-class _Dumper(yaml.SafeDumper):
-    """Safe YAML with multi-line strings (PromQL) as literal blocks."""
+def _yaml_value(value: str, indent: str, *, block: bool = False) -> str:
+    """A string value after ``key:``: PromQL (``block``) as a literal block, anything else double-quoted."""
+    lines = value.split("\n")
+    if block and value.strip() and not value.startswith(" ") and all(line.isprintable() for line in lines):
+        chomp = "" if value.endswith("\n") and not value.endswith("\n\n") else "-"
+        body = lines[:-1] if value.endswith("\n") else lines
+        return f"|{chomp}\n" + "".join(f"{indent}{line}\n" if line else "\n" for line in body)
+    return f"{yaml_scalar(value)}\n"
 
 
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _represent_str)
+def _yaml_groups(groups: Sequence[dict[str, Any]]) -> str:
+    """The ``groups:`` document; keys are our own names, every value goes through a YAML encoder."""
+    out = ["groups:\n"]
+    for group in groups:
+        out.append(f"- name: {yaml_scalar(group['name'])}\n  rules:\n")
+        for rule in group["rules"]:
+            first = True
+            for key, value in rule.items():
+                lead = "  - " if first else "    "
+                first = False
+                if isinstance(value, dict):
+                    out.append(f"{lead}{key}:\n")
+                    out.extend(f"      {name}: {_yaml_value(text, '        ')}" for name, text in value.items())
+                else:
+                    out.append(f"{lead}{key}: {_yaml_value(value, '      ', block=key == 'expr')}")
+    return "".join(out)

@@ -8,9 +8,20 @@ from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
 
-from ._common import CliError, example_epilog, raw_help
+from latency_budget._encode import visible
+
+from ._common import CliError, example_epilog, http_url, raw_help, service_name
 from ._output import emit, write_file
-from ._slo_rules import WORKBOOK_BURN_RATES, BurnRate, parse_burn_rate, rules_document
+from ._slo_rules import (
+    DEFAULT_MAX_RULES,
+    DEFAULT_PERIOD,
+    WORKBOOK_BURN_RATES,
+    BurnRate,
+    TooManyRules,
+    duration_seconds,
+    parse_burn_rate,
+    rules_document,
+)
 
 __all__ = ["register"]
 
@@ -24,7 +35,15 @@ latency_budget_requests_total counter as collector-config.yaml exports it.
 Alerts: for every budget with an objective ('objective: 99%'), multi-window, multi-burn-rate
 alerts as in The Site Reliability Workbook: by default page when 1h and 5m both burn the
 error budget 14.4x as fast as the objective allows, page at 6x over 6h and 30m, and a
-ticket at 1x over 3d and 6h. --burn-rate replaces these rows.
+ticket at 1x over 3d and 6h. --burn-rate replaces these rows. Each alert carries the
+label latency_budget_burn_rate (its row, e.g. page:1h/5m:14.4).
+
+Error-budget records, per objective: the objective, its error budget (1 - objective), the
+burn rate over the SLO period (--slo-period, default 30d) and the share of the error budget
+left over it.
+
+Limit: stages (with total and first token) x (profiles + 1) x rows may be at most
+--max-rules (default 5000), checked before anything is built.
 
 Exit status: 0 written, 2 unusable input (a bad budget file or option), 4 the output could not be
 written (a file that cannot be created, a full disk)."""
@@ -48,6 +67,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--service",
         metavar="NAME",
+        type=service_name,
         help="only series of this service (the service_name label); default: every service, one alert each",
     )
     parser.add_argument(
@@ -63,7 +83,22 @@ def register(commands: Any) -> None:
         "--jaeger",
         metavar="URL",
         default="http://localhost:16686",
-        help="the Jaeger UI that alert annotations link to (default: http://localhost:16686)",
+        type=http_url,
+        help="the Jaeger UI that alert annotations link to, http or https (default: http://localhost:16686)",
+    )
+    parser.add_argument(
+        "--slo-period",
+        metavar="DURATION",
+        default=DEFAULT_PERIOD,
+        type=_duration,
+        help=f"the SLO period of the error-budget records (default: {DEFAULT_PERIOD})",
+    )
+    parser.add_argument(
+        "--max-rules",
+        metavar="N",
+        type=_positive,
+        default=DEFAULT_MAX_RULES,
+        help=f"largest stages x profiles x rows to write (default: {DEFAULT_MAX_RULES})",
     )
     parser.set_defaults(run=run)
 
@@ -75,19 +110,47 @@ def _burn_rate(text: str) -> BurnRate:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _duration(text: str) -> str:
+    try:
+        duration_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number above zero, got {text!r}")
+    return value
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the budget file, write its rules, and print any notes to standard error."""
+    if not args.file.isprintable():
+        # The path is written into comments, annotations and a pasted command.
+        raise CliError(f"the budget file's path cannot hold control or line-break characters: {visible(args.file)!r}")
     try:
         config = load_budgets(args.file)
     except BudgetConfigError as exc:
         raise CliError(str(exc)) from None
-    text, notes = rules_document(
-        config,
-        source=args.file,
-        burn_rates=args.burn_rates or WORKBOOK_BURN_RATES,
-        service=args.service,
-        jaeger_url=args.jaeger,
-    )
+    try:
+        text, notes = rules_document(
+            config,
+            source=args.file,
+            burn_rates=args.burn_rates or WORKBOOK_BURN_RATES,
+            service=args.service,
+            jaeger_url=args.jaeger,
+            period=args.slo_period,
+            max_rules=args.max_rules,
+        )
+    except TooManyRules as exc:
+        raise CliError(f"{exc} (--max-rules N raises it)") from None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     for note in notes:
         print(f"latency-budget: note: {note}", file=sys.stderr)
     if args.output is None:
