@@ -9,11 +9,11 @@ a fit.
 
 from __future__ import annotations
 
-import html
 import math
 
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
+from latency_budget._encode import html_text
 
 from ._levers import LeverAnalysis, ModelRow
 from ._where import total_text
@@ -50,8 +50,8 @@ _SC_W, _SC_H, _SC_L, _SC_B, _SC_T = 420, 230, 52, 30, 10
 
 
 def escape(text: object) -> str:
-    """HTML-escaped text, quotes included."""
-    return html.escape(str(text), quote=True)
+    """HTML text or attribute value (``html_text``): markup escaped, bidi and control characters shown escaped."""
+    return html_text(str(text))
 
 
 def nice_ceiling(value: float) -> float:

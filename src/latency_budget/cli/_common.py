@@ -83,5 +83,7 @@ def http_url(text: str) -> str:
     """An argparse type: an http or https URL with a host, of visible characters and no spaces."""
     parsed = urllib.parse.urlsplit(text) if text.isprintable() and " " not in text else None
     if parsed is None or parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:
-        raise argparse.ArgumentTypeError(f"expected an http or https URL such as http://localhost:16686, got {visible(text)!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected an http or https URL such as http://localhost:16686, got {visible(text)!r}"
+        )
     return text

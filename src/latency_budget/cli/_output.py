@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from latency_budget._encode import terminal_text
+
 from ._common import CliError
 
 __all__ = ["EXIT_OUTPUT", "OutputError", "emit", "finish_output", "warn", "write_file"]
@@ -71,7 +73,7 @@ def warn(message: str) -> None:
     if stream is None:
         return
     try:
-        stream.write(f"latency-budget: warning: {message}\n")
+        stream.write(f"latency-budget: warning: {terminal_text(message)}\n")
         stream.flush()
     except (OSError, ValueError):
         pass

@@ -11,7 +11,7 @@ from latency_budget._core.report import TraceReport
 from latency_budget._replay import evaluate_spans
 from latency_budget.cli.stats import RunSummary, summarize
 
-from ._common import CliError, http_url, load_budgets_option, service_name
+from ._common import CliError, load_budgets_option, service_name
 from ._output import warn
 from ._summary import plural
 from .inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
@@ -42,9 +42,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "'-' reads standard input; .gz files are decompressed",
     )
     live = parser.add_argument_group("live from Jaeger (instead of TRACES)")
-    live.add_argument(
-        "--jaeger", metavar="URL", type=http_url, help="Jaeger query service, e.g. http://localhost:16686"
-    )
+    live.add_argument("--jaeger", metavar="URL", help="Jaeger query service, e.g. http://localhost:16686")
     live.add_argument(
         "--service", metavar="NAME", type=service_name, help="the service whose traces to fetch (with --jaeger)"
     )

@@ -42,8 +42,8 @@ __all__ = [
     "TooManyRules",
     "parse_burn_rate",
     "ratio_record",
-    "rules_document",
     "rules_bound",
+    "rules_document",
 ]
 
 # latency_budget.requests (a counter) as the Collector's Prometheus exporter names it: dots
@@ -379,7 +379,11 @@ def _metadata(objective: _Objective, *, service: str | None, period: str) -> lis
             "expr": f"{_selector(ratio_record(period), matchers)} / {_decimal(budget)}",
             "labels": over_period,
         },
-        {"record": REMAINING_RECORD, "expr": f"1 - {_selector(BURN_RATE_RECORD, period_matchers)}", "labels": over_period},
+        {
+            "record": REMAINING_RECORD,
+            "expr": f"1 - {_selector(BURN_RATE_RECORD, period_matchers)}",
+            "labels": over_period,
+        },
     ]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from latency_budget._core.report import format_ms
+from latency_budget._encode import markdown_cell, markdown_text
 from latency_budget.cli.stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
 
 from ._table import markdown_table, text_table
@@ -197,7 +198,10 @@ def summary_markdown(summary: RunSummary) -> str:
     """The summary as a Markdown table."""
     profiles = _with_profiles(summary)
     header = (["Profile"] if profiles else []) + ["Stage", *_HEADER]
-    rows = [([row.profile] if profiles else []) + [f"`{row.label}`", *_cells(row)] for row in summary_rows(summary)]
+    rows = [
+        ([markdown_text(row.profile)] if profiles else []) + [markdown_cell(row.label), *_cells(row)]
+        for row in summary_rows(summary)
+    ]
     first_number = 2 if profiles else 1
     return markdown_table(header, rows, right=range(first_number, len(header) - 1))
 

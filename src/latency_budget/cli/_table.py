@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from latency_budget._encode import terminal_text
+
 __all__ = ["markdown_table", "text_table"]
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
     """Columns padded to fit, ``|`` between them and a rule under the header (the seed's table style).
 
-    Columns whose index is in ``right`` are right-aligned, which suits numbers.
+    Columns whose index is in ``right`` are right-aligned, which suits numbers. Every cell is
+    terminal text (``terminal_text``): a name cannot move the cursor, colour or break the line.
     """
+    header = [terminal_text(str(cell)) for cell in header]
+    rows = [[terminal_text(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(row[i])) for row in (header, *rows)) for i in range(len(header))]
 
     def line(row: Sequence[str]) -> str:
@@ -25,10 +30,14 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: S
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> str:
-    """A GitHub-flavoured Markdown table; ``|`` inside cells is escaped."""
+    """A GitHub-flavoured Markdown table of cells that are Markdown already.
+
+    A name goes in through ``markdown_cell``, prose through ``markdown_text``: both escape
+    ``|``, so no cell can split its row.
+    """
 
     def line(row: Sequence[str]) -> str:
-        return "| " + " | ".join(str(cell).replace("|", "\\|") for cell in row) + " |"
+        return "| " + " | ".join(str(cell) for cell in row) + " |"
 
     rule = "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"
     return "\n".join([line(header), rule, *(line(row) for row in rows)])

@@ -9,6 +9,7 @@ from typing import Any
 
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
+from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 
 from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow
 from ._table import markdown_table, text_table
@@ -56,9 +57,16 @@ def _title(analysis: LeverAnalysis) -> str:
     )
 
 
-def _advice(n: int, lever: LeverSummary) -> str:
+def _advice(n: int, lever: LeverSummary, *, markdown: bool = False) -> str:
+    """One numbered line; names from the traces in it are shown as terminal or Markdown text."""
     basis = f" Based on {lever.basis}." if lever.basis else ""
-    return f"{n}. {lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}"
+    text = f"{lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}"
+    return f"{n}. {markdown_text(text) if markdown else terminal_text(text)}"
+
+
+def _markdown_names(rows: list[list[str]], columns: int) -> list[list[str]]:
+    """The first ``columns`` cells of each row (names) as Markdown code spans."""
+    return [[markdown_cell(cell) for cell in row[:columns]] + row[columns:] for row in rows]
 
 
 def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
@@ -67,9 +75,9 @@ def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]
         return ["Where to win: no lever applies to these requests."]
     rows = [_lever_cells(lever) for lever in analysis.levers]
     if markdown:
-        rows = [[f"`{row[0]}`", f"`{row[1]}`", *row[2:]] for row in rows]
-        table = markdown_table(_LEVER_HEADER, rows, right=range(2, 6))
-        return [f"**{_title(analysis)}**", "", table, "", *(_advice(n, lever) for n, lever in _numbered(analysis))]
+        table = markdown_table(_LEVER_HEADER, _markdown_names(rows, 2), right=range(2, 6))
+        advice = [_advice(n, lever, markdown=True) for n, lever in _numbered(analysis)]
+        return [f"**{_title(analysis)}**", "", table, "", *advice]
     table = text_table(_LEVER_HEADER, rows, right=range(2, 6))
     return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis))]
 
@@ -115,7 +123,7 @@ def model_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]
     rows = [_model_cells(row) for row in analysis.models]
     title = "Model calls by stage and model (gen_ai.request.model): duration and time to first token"
     if markdown:
-        return [f"**{title}**", "", markdown_table(_MODEL_HEADER, rows, right=range(3, 12))]
+        return [f"**{title}**", "", markdown_table(_MODEL_HEADER, _markdown_names(rows, 3), right=range(3, 12))]
     return [title + ":", text_table(_MODEL_HEADER, rows, right=range(3, 12))]
 
 
@@ -149,7 +157,7 @@ def context_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[st
     rows = [_context_cells(row) for row in analysis.contexts]
     title = "Context size: latency against gen_ai.usage.input_tokens (Theil-Sen fit, shown only where supported)"
     if markdown:
-        return [f"**{title}**", "", markdown_table(_CONTEXT_HEADER, rows, right=range(2, 4))]
+        return [f"**{title}**", "", markdown_table(_CONTEXT_HEADER, _markdown_names(rows, 2), right=range(2, 4))]
     return [title + ":", text_table(_CONTEXT_HEADER, rows, right=range(2, 4))]
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from latency_budget._core.report import TOTAL, format_ms
+from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 from latency_budget.cli.stats import StageSummary, optimisation
 
 from ._common import EXIT_STATUS, example_epilog, raw_help
@@ -211,17 +212,17 @@ def _table(
     ]
     first = 3 if profiles else 2
     lines = [
-        f"latency-budget check: {recorded.intro()}",
+        f"latency-budget check: {terminal_text(recorded.intro())}",
         "",
         text_table(header, rows, right=range(first, first + 3)),
     ]
     if unseen:
-        lines.append(f"No spans for: {', '.join(unseen)} (nothing to check).")
+        lines.append(terminal_text(f"No spans for: {', '.join(unseen)} (nothing to check)."))
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
         lines += ["", *where]
     lines += ["", *where_lines(analyse_levers(recorded.reports))]
-    lines += ["", _verdict(checks, failed, warned, q)]
+    lines += ["", terminal_text(_verdict(checks, failed, warned, q))]
     return "\n".join(lines)
 
 
@@ -237,8 +238,8 @@ def _markdown(
     header = [*(["Profile"] if profiles else []), "Stage", "Check", "Budget", "Actual", "n", "Result"]
     rows = [
         [
-            *_label(c, profiles)[:-1],
-            f"`{c.stage}`",
+            *([markdown_text(c.profile)] if profiles else []),
+            markdown_cell(c.stage),
             c.what,
             c.show(c.budget),
             c.show(c.actual),
@@ -252,18 +253,18 @@ def _markdown(
     parts = [
         f"### {title}",
         "",
-        recorded.intro() + f"; checked at p{q:g}.",
+        markdown_text(recorded.intro() + f"; checked at p{q:g}."),
         "",
         markdown_table(header, rows, right=range(first, first + 3)),
     ]
     if unseen:
-        parts += ["", f"No spans for: {', '.join(unseen)} (nothing to check)."]
+        parts += ["", markdown_text(f"No spans for: {', '.join(unseen)} (nothing to check).")]
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
-        parts += ["", *(f"{line}  " for line in where)]
+        parts += ["", *(f"{markdown_text(line)}  " for line in where)]
     levers = where_lines(analyse_levers(recorded.reports), markdown=True)
     parts += ["", *(line + "  " if line[:1].isdigit() else line for line in levers)]
-    parts += ["", _verdict(checks, failed, warned, q)]
+    parts += ["", markdown_text(_verdict(checks, failed, warned, q))]
     return "\n".join(parts)
 
 

@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
+from latency_budget._encode import terminal_text
 from latency_budget._version import __version__
 from latency_budget.cli import check, demo, report, rules, schema, suggest, validate
 from latency_budget.cli._common import EXIT_INTERNAL, CliError
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return its exit code (see ``EXIT_STATUS``); never a traceback."""
     _tolerate_unencodable_output()
+    args: argparse.Namespace | None = None
     try:
         args = build_parser().parse_args(argv)
         code: int = args.run(args)
@@ -62,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_finish()
         return 0
     except MemoryError:
-        _error("out of memory; lower the input limits (--max-input-size, --max-spans) or split the input")
+        _error(f"out of memory; {_memory_advice(args)}")
         return 2
     except Exception as exc:  # a bug of ours: still one line, and a code of its own
         _error(f"internal error (please report it): {_describe(exc)}")
@@ -70,12 +72,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _memory_advice(args: argparse.Namespace | None) -> str:
+    """What the command that ran out of memory can lower: only flags it has."""
+    if args is not None and hasattr(args, "max_spans"):
+        return "lower the input limits (--max-input-size, --max-spans) or split the input"
+    if args is not None and hasattr(args, "max_rules"):
+        return "lower --max-rules, or split the budget file"
+    return "give it a smaller input"
+
+
 def _error(message: str) -> None:
     stream = sys.stderr
     if stream is None:
         return
     try:
-        stream.write(f"latency-budget: {message}\n")
+        stream.write(f"latency-budget: {terminal_text(message)}\n")
         stream.flush()
     except (OSError, ValueError):
         pass

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from latency_budget._encode import markdown_text, terminal_text
 from latency_budget.cli.stats import optimisation
 
 from ._common import example_epilog, raw_help
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         write_file(args.html, page)
     emit(output)
     if page is not None:
-        print(f"Wrote {args.html}.", file=sys.stderr)
+        print(f"Wrote {terminal_text(args.html)}.", file=sys.stderr)
     return 0
 
 
@@ -97,13 +98,23 @@ def _sections(*parts: list[str]) -> list[str]:
     return lines
 
 
+def _terminal_lines(text: str) -> str:
+    """Text of one or more lines for a terminal: each line shown as terminal text."""
+    return "\n".join(terminal_text(line) for line in text.split("\n"))
+
+
+def _markdown_lines(text: str) -> str:
+    """Prose of one or more lines as Markdown, each line ending in a hard break."""
+    return "  \n".join(markdown_text(line) for line in text.split("\n"))
+
+
 def _table(recorded: Recorded, levers: LeverAnalysis) -> str:
     summary = recorded.summary
     return "\n".join(
         _sections(
-            [f"latency-budget report: {recorded.intro()}"],
+            [f"latency-budget report: {terminal_text(recorded.intro())}"],
             [summary_table(summary)],
-            closing_lines(summary, optimisation(recorded.reports)),
+            [_terminal_lines(line) for line in closing_lines(summary, optimisation(recorded.reports))],
             where_lines(levers),
             model_lines(levers),
             context_lines(levers),
@@ -116,9 +127,9 @@ def _markdown(recorded: Recorded, levers: LeverAnalysis) -> str:
     return "\n".join(
         _sections(
             ["### Latency by stage"],
-            [recorded.intro() + "."],
+            [markdown_text(recorded.intro() + ".")],
             [summary_markdown(summary)],
-            [line.replace("\n", "  \n") + "  " for line in closing_lines(summary, optimisation(recorded.reports))],
+            [_markdown_lines(line) + "  " for line in closing_lines(summary, optimisation(recorded.reports))],
             [line + "  " if line[:1].isdigit() else line for line in where_lines(levers, markdown=True)],
             model_lines(levers, markdown=True),
             context_lines(levers, markdown=True),

@@ -7,8 +7,7 @@ import sys
 from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
-
-from latency_budget._encode import visible
+from latency_budget._encode import terminal_text, visible
 
 from ._common import CliError, example_epilog, http_url, raw_help, service_name
 from ._output import emit, write_file
@@ -152,10 +151,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     for note in notes:
-        print(f"latency-budget: note: {note}", file=sys.stderr)
+        print(f"latency-budget: note: {terminal_text(note)}", file=sys.stderr)
     if args.output is None:
         emit(text, end="")
         return 0
     write_file(args.output, text)
-    print(f"Wrote {args.output}.", file=sys.stderr)
+    print(f"Wrote {terminal_text(args.output)}.", file=sys.stderr)
     return 0

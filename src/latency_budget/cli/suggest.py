@@ -13,6 +13,7 @@ import yaml
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
+from latency_budget._encode import terminal_text
 from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     if args.output:
         write_file(args.output, text)
-        print(f"Wrote {args.output}.", file=sys.stderr)
+        print(f"Wrote {terminal_text(args.output)}.", file=sys.stderr)
     else:
         emit(text, end="")
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
+from latency_budget._encode import terminal_text
 from latency_budget.cli._common import example_epilog, raw_help
 from latency_budget.cli._output import emit
 
@@ -32,13 +33,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_budgets(args.file)
     except BudgetConfigError as exc:
-        print(f"latency-budget: {exc}", file=sys.stderr)
+        print(f"latency-budget: {terminal_text(str(exc))}", file=sys.stderr)
         return 1
     budgets = config.default
     stages = ", ".join(
-        f"{b.name} {format_ms(b.budget_ms)}" if b.budget_ms is not None else f"{b.name} (tracked)"
+        f"{terminal_text(b.name)} {format_ms(b.budget_ms)}"
+        if b.budget_ms is not None
+        else f"{terminal_text(b.name)} (tracked)"
         for b in budgets.stages
     )
     profiles = f", {len(config.profiles)} profile(s)" if config.profiles else ""
-    emit(f"{args.file}: OK: {len(budgets.stages)} stages ({stages}); total {format_ms(budgets.total_ms)}{profiles}")
+    total = format_ms(budgets.total_ms)
+    emit(f"{terminal_text(args.file)}: OK: {len(budgets.stages)} stages ({stages}); total {total}{profiles}")
     return 0
