@@ -113,7 +113,7 @@ def _rule_count(path: Path) -> int:
 def test_promtool_check_rules_accepts_the_generated_file(
     promtool: str, tmp_path: Path, budgets: str | Path, options: Sequence[str]
 ) -> None:
-    """`promtool check rules --lint-fatal` (syntax, PromQL, templates, duplicate rules) passes on the generated rules."""
+    """`promtool check rules --lint-fatal` (syntax, PromQL, templates, duplicates) passes on the generated rules."""
     rules = _rules(tmp_path, budgets, *options)
     result = _promtool(promtool, "check", "rules", "--lint-fatal", rules)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -330,3 +330,32 @@ def test_requests_rules_decide_which_local_roots_are_requests() -> None:
     single = load_budgets(text="version: 1\nrequests: {attributes: {http.route: /v1/answer}}\n")
     assert single.is_request("POST", SpanKind.SERVER, "", {"http.route": "/v1/answer"})
     assert not single.is_request("POST", SpanKind.SERVER, "", {"http.route": "/healthz"})
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "version: 1\nrequests: {attributes: {a: .nan}}\n",
+            "budgets.yaml:2: requests.attributes.a: NaN never matches (NaN equals no value, itself included)",
+        ),
+        (
+            "version: 1\nprofiles:\n  - name: p\n    when: {attributes: {a: [1, .NaN]}}\n",
+            "budgets.yaml:4: profiles[0].when.attributes.a: NaN never matches",
+        ),
+        (
+            'version: 1\nrequests: {attributes: {"": x}}\n',
+            "budgets.yaml:2: requests.attributes.: an empty attribute key never matches",
+        ),
+    ],
+)
+def test_rules_that_can_never_match_are_refused(text: str, message: str) -> None:
+    """A NaN value or an empty key in `requests` or a profile's `when` would silently turn budgets off: refused."""
+    assert error_of(text).startswith(message)
+
+
+def test_keys_in_errors_are_shown_escaped() -> None:
+    """A key holding ESC, BEL or a newline is shown escaped in the error: it cannot drive a terminal or forge lines."""
+    message = error_of('version: 1\nstages:\n  "\\e]0;pwned\\a\\nlatency-budget: OK": {budget_ms: 1}\n')
+    assert message.startswith("budgets.yaml:3: stages.\\x1b]0;pwned\\x07\\x0alatency-budget: OK: stage names must")
+    assert message.isprintable()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from latency_budget._encode import visible
+
 __all__ = ["BudgetConfigError", "describe_value"]
 
 
@@ -17,8 +19,9 @@ class BudgetConfigError(ValueError):
         self.line = line
         self.path = path
         self.detail = message
-        where = f"{source}:{line}" if line is not None else source
-        prefix = f"{where}: {path}: " if path else f"{where}: "
+        # Keys and paths are shown escaped: a key holding ESC or a newline cannot reach a terminal raw.
+        where = f"{visible(source)}:{line}" if line is not None else visible(source)
+        prefix = f"{where}: {visible(path)}: " if path else f"{where}: "
         super().__init__(prefix + message)
 
 

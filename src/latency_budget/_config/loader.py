@@ -394,9 +394,13 @@ class _Builder:
                 values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
                 if not values:
                     self.fail(key_line, key_path, "expected a value or a non-empty list of values")
+                if not key:
+                    self.fail(key_line, key_path, "an empty attribute key never matches: spans cannot carry one")
                 for value in values:
                     if value is None or isinstance(value, (LocatedDict, LocatedList)):
                         self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
+                    if isinstance(value, float) and math.isnan(value):
+                        self.fail(key_line, key_path, "NaN never matches (NaN equals no value, itself included)")
                 attributes.append((key, exact_values(values)))
         return MatchRule(name=name, attributes=tuple(attributes), exists=exists, kind=kind, scope=scope)
 

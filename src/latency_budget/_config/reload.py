@@ -24,24 +24,35 @@ from latency_budget._config.loader import load_budgets
 from latency_budget._config.model import BudgetConfig
 from latency_budget._config.yaml_source import decode_budget_text, read_budget_file
 
-__all__ = ["RELOAD_INTERVAL_ENV", "SETTLE_S", "BudgetFileWatcher", "reload_interval", "watch_budgets"]
+__all__ = [
+    "MIN_RELOAD_INTERVAL_S",
+    "RELOAD_INTERVAL_ENV",
+    "SETTLE_S",
+    "BudgetFileWatcher",
+    "reload_interval",
+    "watch_budgets",
+]
 
 logger = logging.getLogger(__name__)
 
 RELOAD_INTERVAL_ENV = "OTEL_LATENCY_BUDGET_RELOAD_INTERVAL"
 SETTLE_S = 2.0
 """A changed budget file is loaded once it has stayed unchanged this long (seconds)."""
+MIN_RELOAD_INTERVAL_S = 1.0
+"""The shortest reload interval (seconds): at most one check of the file a second."""
 
 
 def reload_interval(argument: float | None, env: Mapping[str, str] | None = None) -> float | None:
     """The reload interval in seconds: ``argument``, else the environment variable, else off (None).
 
-    A bad argument is a programming error (``ValueError``); a bad environment value logs
-    one warning and is ignored.
+    Below :data:`MIN_RELOAD_INTERVAL_S`, a bad argument is a programming error
+    (``ValueError``); a bad environment value logs one warning and is ignored.
     """
     if argument is not None:
         if isinstance(argument, bool) or not isinstance(argument, (int, float)) or not _positive(argument):
             raise ValueError(f"reload_interval_s must be a positive number of seconds, got {argument!r}")
+        if argument < MIN_RELOAD_INTERVAL_S:
+            raise ValueError(f"reload_interval_s must be at least {MIN_RELOAD_INTERVAL_S:g} second, got {argument!r}")
         return float(argument)
     raw = (os.environ if env is None else env).get(RELOAD_INTERVAL_ENV, "").strip()
     if not raw:
@@ -53,6 +64,14 @@ def reload_interval(argument: float | None, env: Mapping[str, str] | None = None
     if not _positive(value):
         logger.warning(
             "latency_budget: %s=%r is not a positive number of seconds; live reload stays off", RELOAD_INTERVAL_ENV, raw
+        )
+        return None
+    if value < MIN_RELOAD_INTERVAL_S:
+        logger.warning(
+            "latency_budget: %s=%r is below the floor of %g second; live reload stays off",
+            RELOAD_INTERVAL_ENV,
+            raw,
+            MIN_RELOAD_INTERVAL_S,
         )
         return None
     return value
