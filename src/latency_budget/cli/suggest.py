@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import yaml
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
-from latency_budget._encode import terminal_text
+from latency_budget._encode import terminal_text, yaml_comment, yaml_scalar
 from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
@@ -145,7 +144,7 @@ class _Writer:
         summary = recorded.summary
         lines = [
             f"# Latency budgets suggested by `latency-budget suggest` from {summary.requests} requests",
-            f"# ({recorded.traces.source_label}; stages from {recorded.budgets_label}).",
+            f"# ({yaml_comment(recorded.traces.source_label)}; stages from {yaml_comment(recorded.budgets_label)}).",
             f"# Each budget is the observed p{self.q:g} x {self.headroom:g} headroom, rounded up to a whole ms.",
             "# Review before use: a budget states what the product needs, not only what it does today.",
             "version: 1",
@@ -224,7 +223,7 @@ class _Writer:
         for raw in raw_profiles:
             name = raw["name"]
             summary = self.profiles.get(name)
-            lines.append(f"  - name: {json.dumps(name)}")
+            lines.append(f"  - name: {yaml_scalar(name)}")
             lines += _dump({"when": raw["when"]}, 4)
             if "severity" in raw:
                 lines.append(f"    severity: {raw['severity']}")
