@@ -264,3 +264,43 @@ def test_the_alerting_page_shows_a_generated_alert_as_written(capsys: pytest.Cap
         key: value.replace(str(EXAMPLE), "budgets.example.yaml") for key, value in written["annotations"].items()
     }
     assert written == shown
+
+
+def test_a_row_at_exactly_the_whole_budget_is_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """page:2h/10m:10 at 90% needs more than 100% of requests over budget: noted, and its threshold is exactly 1."""
+    path = _budgets(tmp_path, "version: 1\nstages: {model_call: {budget_ms: 800, objective: 90%}}\n")
+    rules, err = _generate(capsys, path, "--burn-rate", "page:2h/10m:10")
+    assert err == (
+        "latency-budget: note: stage model_call (profile default): objective 90% with a 10x burn rate would need "
+        "more than every request over budget: the page alert over 2h/10m can never fire\n"
+    )
+    (alert,) = [r for r in rules if "alert" in r and r["labels"]["latency_budget_kind"] == "stage"]
+    assert alert["expr"].endswith("} > 1\n")
+
+
+def test_error_budget_metadata_per_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each objective gets its error budget, its burn rate over the SLO period and the budget left over it."""
+    rules, _ = _generate(capsys, str(EXAMPLE), "--slo-period", "28d")
+    model_call = {"latency_budget_stage": "model_call", "latency_budget_kind": "stage"}
+    mine = [
+        r
+        for r in rules
+        if "record" in r and r["labels"].items() >= {**model_call, "latency_budget_profile": "default"}.items()
+    ]
+    by_name = {r["record"]: r for r in mine if not r["record"].startswith("latency_budget:requests_over_budget")}
+    assert by_name["latency_budget:error_budget:ratio"]["expr"] == "vector(0.01)"
+    burn = by_name["latency_budget:period_burn_rate:ratio"]
+    assert burn["expr"].startswith("latency_budget:requests_over_budget:ratio_rate28d{")
+    assert burn["expr"].endswith("} / 0.01")
+    assert burn["labels"]["latency_budget_period"] == "28d"
+    remaining = by_name["latency_budget:period_error_budget_remaining:ratio"]
+    assert remaining["expr"].startswith("1 - latency_budget:period_burn_rate:ratio{")
+
+
+def test_every_alert_row_has_a_label_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two rows of one severity and long window give alerts told apart by latency_budget_burn_rate."""
+    rules, _ = _generate(capsys, str(EXAMPLE), "--burn-rate", "page:1h/5m:14.4", "--burn-rate", "page:1h/10m:10")
+    alerts = [r for r in rules if "alert" in r]
+    keys = [tuple(sorted(r["labels"].items())) for r in alerts]
+    assert len(set(keys)) == len(keys)
+    assert {r["labels"]["latency_budget_burn_rate"] for r in alerts} == {"page:1h/5m:14.4", "page:1h/10m:10"}

@@ -304,3 +304,78 @@ def test_compose_prometheus_loads_the_generated_rules(promtool: str, tmp_path: P
     result = _promtool(promtool, "check", "config", copy)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {_rule_count(generated)} rules found" in result.stdout
+
+
+def test_error_budget_records_and_row_labels_under_promtool(promtool: str, tmp_path: Path) -> None:
+    """2% over budget at a 99% objective: error budget 1%, period burn rate 2, remaining -100%; each row its label."""
+    rules = _rules(
+        tmp_path,
+        "version: 1\nobjective: 99%\nstages:\n  model_call: {budget_ms: 800}\n",
+        "--burn-rate",
+        "page:1h/5m:1.5",
+        "--burn-rate",
+        "page:1h/10m:1.8",  # the same severity and long window: only the row label tells the two apart
+        "--slo-period",
+        "7d",
+    )
+    lint = _promtool(promtool, "check", "rules", "--lint-fatal", rules)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    service = "budgeted"
+    labels = _labels(service)
+    over = [200] * MINUTES  # 2% of 10,000 a minute
+    input_series = [
+        {
+            "series": _selector("latency_budget_requests_total", {**labels, "latency_budget_within_budget": "false"}),
+            "values": _series(over),
+        },
+        {
+            "series": _selector("latency_budget_requests_total", {**labels, "latency_budget_within_budget": "true"}),
+            "values": _series([TOTAL_PER_MINUTE - n for n in over]),
+        },
+    ]
+    document = yaml.safe_load(rules.read_text(encoding="utf-8"))
+    alerts = [r for g in document["groups"] for r in g["rules"] if "alert" in r]
+    stage_alerts = [r for r in alerts if r["labels"]["latency_budget_kind"] == "stage"]
+    assert [r["labels"]["latency_budget_burn_rate"] for r in stage_alerts] == ["page:1h/5m:1.5", "page:1h/10m:1.8"]
+    expected_alerts = [
+        {
+            "exp_labels": {**labels, **rule["labels"]},
+            "exp_annotations": {
+                key: _render(text, value=0.02, service=service) for key, text in rule["annotations"].items()
+            },
+        }
+        for rule in stage_alerts  # 2% > 1.5% and > 1.8%: both rows fire, as two alerts
+    ]
+    objective = {key: value for key, value in labels.items() if key != "service_name"}
+    period = {**labels, "latency_budget_period": "7d"}
+
+    def sample(record: str, value: float, sample_labels: dict[str, str]) -> dict[str, Any]:
+        return {
+            "expr": f"round({record} * 1e6)",
+            "eval_time": EVAL,
+            "exp_samples": [{"labels": _selector("", sample_labels), "value": value}],
+        }
+
+    tests = {
+        "rule_files": [rules.name],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": input_series,
+                "alert_rule_test": [
+                    {"eval_time": EVAL, "alertname": "LatencyBudgetBurnRate", "exp_alerts": expected_alerts}
+                ],
+                "promql_expr_test": [
+                    sample('latency_budget:objective:ratio{latency_budget_kind="stage"}', 990_000, objective),
+                    sample('latency_budget:error_budget:ratio{latency_budget_kind="stage"}', 10_000, objective),
+                    sample("latency_budget:period_burn_rate:ratio", 2_000_000, period),  # 2% / 1%
+                    sample("latency_budget:period_error_budget_remaining:ratio", -1_000_000, period),  # overspent
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "budget.test.yml"
+    path.write_text(yaml.safe_dump(tests, sort_keys=False, width=1000), encoding="utf-8")
+    result = _promtool(promtool, "test", "rules", path.name, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
