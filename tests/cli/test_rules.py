@@ -304,3 +304,17 @@ def test_every_alert_row_has_a_label_of_its_own(capsys: pytest.CaptureFixture[st
     keys = [tuple(sorted(r["labels"].items())) for r in alerts]
     assert len(set(keys)) == len(keys)
     assert {r["labels"]["latency_budget_burn_rate"] for r in alerts} == {"page:1h/5m:14.4", "page:1h/10m:10"}
+
+
+def test_the_alerting_walk_through_quotes_the_demo_as_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/alerting.md's figure for model_call in the first 2,000 demo requests is what that demo run prints."""
+    page = (REPO / "docs" / "alerting.md").read_text(encoding="utf-8")
+    quoted = re.search(
+        r"in the first 2,000 of the default seed, `model_call` breaks its\s+budget in\s+(\S+ \(\d+/\d+\))", page
+    )
+    assert quoted is not None
+    assert main(["demo", "--requests", "2000", "--show", "0"]) == 0
+    out = capsys.readouterr().out
+    row = re.search(r"^default \| model_call +\| 3500ms \|.*\| (\S+ \(\d+/\d+\))$", out, re.M)
+    assert row is not None
+    assert quoted.group(1) == row.group(1)
