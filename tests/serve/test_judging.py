@@ -62,7 +62,7 @@ def _event_view(events: object) -> list[tuple[str, int, dict[str, object]]]:
 
 @pytest.mark.parametrize("send", [send_grpc, send_http], ids=["otlp-grpc", "otlp-http"])
 def test_root_annotated_exactly_as_in_process(hop: NextHop, send) -> None:  # type: ignore[no-untyped-def]
-    """Sent over OTLP, the trace is judged once and its root gains the in-process root's attributes and events; no other span changes."""
+    """Over OTLP, the trace is judged once, its root gains the in-process root's attributes and events, nothing else."""
     plain = record(agent_trace)
     expected_root = next(s for s in _in_process() if s.parent is None)
     with running(BUDGETS, hop.url) as serve:
@@ -74,7 +74,8 @@ def test_root_annotated_exactly_as_in_process(hop: NextHop, send) -> None:  # ty
     assert len(forwarded) == 4
     for original in plain:
         resource, scope, span = forwarded[original.context.span_id.to_bytes(8, "big")]
-        assert resource["service.name"] == "agent" and scope == "tests.serve"
+        assert resource["service.name"] == "agent"
+        assert scope == "tests.serve"
         if original.parent is None:
             assert attributes_of(span.attributes) == dict(expected_root.attributes or {})
             got_events = [(e.name, e.time_unix_nano, attributes_of(e.attributes)) for e in span.events]
@@ -91,7 +92,8 @@ def test_root_never_arrives_forwarded_unjudged(hop: NextHop) -> None:
     with running(BUDGETS, hop.url, limits=Limits(decision_wait_s=0.05, max_wait_s=0.3)) as serve:
         assert send_grpc(children, serve.grpc_endpoint).name == "SUCCESS"
         counters = serve.wait_for(lambda c: c["spans_forwarded"] == 3, "3 spans forwarded")
-    assert counters["traces_forwarded_unjudged"] == 1 and counters["traces_judged"] == 0
+    assert counters["traces_forwarded_unjudged"] == 1
+    assert counters["traces_judged"] == 0
     assert all(not any(kv.key.startswith("latency_budget.") for kv in s.attributes) for _, _, s in hop.spans())
 
 
@@ -102,7 +104,8 @@ def test_trace_annotated_in_process_is_not_judged_again(hop: NextHop) -> None:
     with running(BUDGETS, hop.url) as serve:
         assert send_grpc(annotated, serve.grpc_endpoint).name == "SUCCESS"
         counters = serve.wait_for(lambda c: c["spans_forwarded"] == 4, "4 spans forwarded")
-    assert counters["traces_already_annotated"] == 1 and counters["traces_judged"] == 0
+    assert counters["traces_already_annotated"] == 1
+    assert counters["traces_judged"] == 0
     (forwarded_root,) = [s for _, _, s in hop.spans() if not s.parent_span_id]
     assert attributes_of(forwarded_root.attributes) == dict(root.attributes or {})
     assert len(forwarded_root.events) == len(root.events)
@@ -122,3 +125,53 @@ def test_spans_of_two_services_are_one_request(hop: NextHop) -> None:
     attributes = attributes_of(forwarded_root.attributes)
     assert attributes["latency_budget.stages.model_call.count"] == 2
     assert attributes["latency_budget.stages.retrieval.count"] == 1
+
+
+RESOURCE_BUDGETS = load_budgets(
+    text="""
+version: 1
+stages:
+  retrieval:
+    budget_ms: 50
+    match: {name: "retrieve*", resource: {service.name: retrieval}}
+  model_call:
+    budget_ms: 100
+    match: {name: "chat*"}
+total_ms: 300
+""",
+    source="budgets.yaml",
+)
+
+
+def test_match_rule_reads_the_resource_of_each_span(hop: NextHop) -> None:
+    """A rule with resource: service.name counts the retrieval span only when the retrieval service sent it."""
+
+    def retrieval_count(retrieval_service: str) -> object:
+        spans = record(agent_trace)
+        retrieval = [s for s in record(agent_trace, service=retrieval_service) if s.name.startswith("retrieve")]
+        rest = [s for s in spans if not s.name.startswith("retrieve")]
+        hop.requests.clear()
+        with running(RESOURCE_BUDGETS, hop.url) as serve:
+            assert send_grpc(retrieval, serve.grpc_endpoint).name == "SUCCESS"  # one request per service
+            assert send_grpc(rest, serve.grpc_endpoint).name == "SUCCESS"
+            serve.wait_for(lambda c: c["spans_forwarded"] == 4, "4 spans forwarded")
+        (root,) = [s for _, _, s in hop.spans() if not s.parent_span_id]
+        return attributes_of(root.attributes).get("latency_budget.stages.retrieval.count")
+
+    assert retrieval_count("retrieval") == 1
+    assert retrieval_count("agent") is None
+
+
+def test_resource_rule_in_process_reads_the_providers_resource() -> None:
+    """In process, a resource: rule holds for spans of a provider whose resource matches, and not for another's."""
+
+    def wrap(downstream: SpanProcessor) -> SpanProcessor:
+        return LatencyBudgetProcessor(RESOURCE_BUDGETS, downstream)
+
+    def retrieval_count(service: str) -> object:
+        spans = record(agent_trace, service=service, processor=wrap)
+        root = next(s for s in spans if s.parent is None)
+        return (root.attributes or {}).get("latency_budget.stages.retrieval.count")
+
+    assert retrieval_count("retrieval") == 1
+    assert retrieval_count("agent") is None
