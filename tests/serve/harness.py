@@ -54,8 +54,8 @@ def at(ms: float) -> int:
 class SequentialIds(IdGenerator):
     """Ids 1, 2, 3... from ``first``: two recordings of one trace get the same ids."""
 
-    def __init__(self, first_trace: int = 1) -> None:
-        self._span = 0
+    def __init__(self, first_trace: int = 1, first_span: int = 1) -> None:
+        self._span = first_span - 1
         self._trace = first_trace - 1
 
     def generate_span_id(self) -> int:
@@ -73,12 +73,13 @@ def record(
     service: str = "agent",
     processor: Callable[[SpanProcessor], SpanProcessor] | None = None,
     first_trace: int = 1,
+    first_span: int = 1,
 ) -> list[ReadableSpan]:
     """The spans ``build`` makes on a real provider (through ``processor`` when given), in the order they ended."""
     exporter = InMemorySpanExporter()
     downstream: SpanProcessor = SimpleSpanProcessor(exporter)
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service}), id_generator=SequentialIds(first_trace)
+        resource=Resource.create({"service.name": service}), id_generator=SequentialIds(first_trace, first_span)
     )
     provider.add_span_processor(processor(downstream) if processor is not None else downstream)
     build(provider.get_tracer("tests.serve"))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, Tracer
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget._serve.assembly import Limits
@@ -175,3 +175,55 @@ def test_resource_rule_in_process_reads_the_providers_resource() -> None:
 
     assert retrieval_count("retrieval") == 1
     assert retrieval_count("agent") is None
+
+
+def _two_services(*, retrieval_processor: bool) -> tuple[list[ReadableSpan], list[ReadableSpan]]:
+    """An agent request whose client call reaches a retrieval service (a remote parent): each service's spans."""
+
+    def agent(tracer: Tracer) -> None:
+        root = tracer.start_span("POST /ask", kind=SpanKind.SERVER, start_time=at(0))
+        ctx = trace.set_span_in_context(root)
+        tracer.start_span("GET /search", context=ctx, kind=SpanKind.CLIENT, start_time=at(5)).end(end_time=at(95))
+        tracer.start_span("chat gpt-4o", context=ctx, kind=SpanKind.CLIENT, start_time=at(100)).end(end_time=at(250))
+        root.end(end_time=at(300))
+
+    def retrieval(tracer: Tracer) -> None:
+        caller = SpanContext(
+            1, 2, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED)
+        )  # the agent's client span
+        ctx = trace.set_span_in_context(NonRecordingSpan(caller))
+        server = tracer.start_span("GET /search", context=ctx, kind=SpanKind.SERVER, start_time=at(10))
+        inner = trace.set_span_in_context(server)
+        tracer.start_span("retrieve docs", context=inner, start_time=at(15)).end(end_time=at(85))
+        server.end(end_time=at(90))
+
+    def wrap(downstream: SpanProcessor) -> SpanProcessor:
+        return LatencyBudgetProcessor(BUDGETS, downstream)
+
+    agent_spans = record(agent)
+    retrieval_spans = record(
+        retrieval, service="retrieval", first_span=100, processor=wrap if retrieval_processor else None
+    )
+    return agent_spans, retrieval_spans
+
+
+@pytest.mark.parametrize(("roots", "judged"), [("trace", 1), ("local", 2)])
+def test_roots_trace_judges_the_request_local_judges_each_service(hop: NextHop, roots: str, judged: int) -> None:
+    """--roots trace judges one request across both services; --roots local judges each local root as in process."""
+    agent_spans, retrieval_spans = _two_services(retrieval_processor=False)
+    _, in_process = _two_services(retrieval_processor=True)
+    with running(BUDGETS, hop.url, roots=roots) as serve:
+        assert send_grpc(retrieval_spans, serve.grpc_endpoint).name == "SUCCESS"
+        assert send_grpc(agent_spans, serve.grpc_endpoint).name == "SUCCESS"
+        counters = serve.wait_for(lambda c: c["spans_forwarded"] == 5, "5 spans forwarded")
+    assert counters["traces_judged"] == judged
+    by_id = {int.from_bytes(s.span_id, "big"): s for _, _, s in hop.spans()}
+    request_root = attributes_of(by_id[1].attributes)
+    service_root = attributes_of(by_id[100].attributes)
+    if roots == "trace":
+        assert request_root["latency_budget.stages.retrieval.count"] == 1  # the other service's span counts
+        assert "latency_budget.verdict" not in service_root
+    else:
+        assert "latency_budget.stages.retrieval.count" not in request_root
+        expected = next(s for s in in_process if s.context.span_id == 100)
+        assert service_root == dict(expected.attributes or {})
