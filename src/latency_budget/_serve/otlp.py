@@ -12,6 +12,7 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import json_format
@@ -41,6 +42,7 @@ __all__ = [
 _KINDS = (SpanKind.INTERNAL, SpanKind.INTERNAL, SpanKind.SERVER, SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER)
 _HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+_NOTHING: Mapping[str, object] = MappingProxyType({})
 # Array attribute values keep at most this many items for the matchers (the span keeps all).
 _MAX_ARRAY = 128
 
@@ -143,12 +145,17 @@ def _ids_to_base64(item: object, keys: Sequence[str]) -> None:
                 raise BadRequest(f"{key}: expected a hex id, got {value[:40]!r}") from None
 
 
-def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tuple[list[Received], int, str]:
+def decode_request(
+    request: ExportTraceServiceRequest, request_bytes: int, *, wanted: frozenset[str] | None = None
+) -> tuple[list[Received], int, str]:
     """The spans of ``request``, and how many were rejected and why (the first reason).
 
     A span with a trace id that is not 16 bytes or a span id that is not 8 is rejected
     (it cannot be grouped or forwarded meaningfully); the others are kept whatever they
     hold. Each span's share of ``request_bytes`` is what it counts for in the bounds.
+    With ``wanted`` (the keys without one of which no rule can match a span), a span
+    that has a parent and none of those keys gets no attributes or events in its record:
+    nothing would read them (decoding every attribute is most of the cost of a span).
     """
     total = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
     share = request_bytes // total + 1 if total else 0
@@ -169,6 +176,13 @@ def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tu
                     rejected += 1
                     reason = reason or "a span's trace id is not 16 bytes, or a span id not 8"
                     continue
+                pairs = span.attributes
+                attributes: Mapping[str, object]
+                if wanted is None or not parent or not wanted.isdisjoint([pair.key for pair in pairs]):
+                    attributes = attributes_of(pairs)
+                    events = _events_of(span) if span.events else ()
+                else:  # judged as a span of no stage: its attributes are never read
+                    attributes, events = _NOTHING, ()
                 flags = span.flags
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
@@ -182,8 +196,8 @@ def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tu
                     end_ns=end if end >= start else start,
                     kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.INTERNAL,
                     scope=scope,
-                    attributes=attributes_of(span.attributes),
-                    events=_events_of(span) if span.events else (),
+                    attributes=attributes,
+                    events=events,
                     remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
                     resource=resource_attributes,
                 )
