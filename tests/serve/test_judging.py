@@ -227,3 +227,40 @@ def test_roots_trace_judges_the_request_local_judges_each_service(hop: NextHop, 
         assert "latency_budget.stages.retrieval.count" not in request_root
         expected = next(s for s in in_process if s.context.span_id == 100)
         assert service_root == dict(expected.attributes or {})
+
+
+def test_violations_go_out_as_otlp_logs_and_budget_metrics(hop: NextHop) -> None:
+    """A violating trace gives the in-process violation log records and budget metrics, over OTLP, as serve."""
+    with running(BUDGETS, hop.url, reports=True) as serve:
+        assert send_grpc(record(agent_trace), serve.grpc_endpoint).name == "SUCCESS"
+        serve.wait_for(lambda c: c["traces_judged"] == 1, "the trace judged")
+    # drained: the logs and metrics were flushed before the server stopped
+    records = [
+        (attributes_of(rl.resource.attributes), r)
+        for request in hop.log_requests
+        for rl in request.resource_logs
+        for sl in rl.scope_logs
+        for r in sl.log_records
+    ]
+    expected_root = next(s for s in _in_process() if s.parent is None)
+    for event_name in ("latency_budget.violation", "latency_budget.hint"):
+        logged = sorted(
+            attributes_of(r.attributes)["latency_budget.stage"]
+            for _, r in records
+            if attributes_of(r.attributes)["event.name"] == event_name
+        )
+        expected = sorted(
+            str(e.attributes["latency_budget.stage"]) for e in expected_root.events if e.name == event_name
+        )
+        assert logged == expected
+        assert logged  # this trace both breaks budgets and earns a hint
+    assert {resource["service.name"] for resource, _ in records} == {"latency-budget-serve"}
+    assert all(r.trace_id == (1).to_bytes(16, "big") for _, r in records)  # linked to the judged trace
+    names = {
+        m.name
+        for request in hop.metric_requests
+        for rm in request.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+    }
+    assert {"latency_budget.stage.duration", "latency_budget.violations"} <= names
