@@ -11,13 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
@@ -238,43 +238,46 @@ def _python(value: AnyValue) -> object:
     return None
 
 
-def _set_any(target: AnyValue, value: object) -> None:
-    if isinstance(value, bool):
-        target.bool_value = value
-    elif isinstance(value, int):
-        target.int_value = value
-    elif isinstance(value, float):
-        target.double_value = value
-    elif isinstance(value, str):
-        target.string_value = value
-    elif isinstance(value, tuple):
-        array = target.array_value
-        array.SetInParent()  # an empty tuple is an empty array, not a missing value
-        for item in value:
-            _set_any(array.values.add(), item)
-    else:
-        target.string_value = str(value)
+def _any(value: object) -> AnyValue:
+    """An attribute value (as the contract writes them: str, bool, int, float, tuples of them) as an ``AnyValue``."""
+    kind = value.__class__
+    if kind is str:
+        return AnyValue(string_value=value)  # type: ignore[arg-type]
+    if kind is float:
+        return AnyValue(double_value=value)  # type: ignore[arg-type]
+    if kind is bool:
+        return AnyValue(bool_value=value)  # type: ignore[arg-type]
+    if kind is int:
+        return AnyValue(int_value=value)  # type: ignore[arg-type]
+    if isinstance(value, tuple):
+        return AnyValue(array_value=ArrayValue(values=[_any(item) for item in value]))
+    return AnyValue(string_value=str(value))
 
 
-def annotate(span: Span, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> None:
-    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events."""
+def annotate(
+    span: Span, attributes: Mapping[str, object], events: Sequence[Event] = (), *, present: Collection[str] = ()
+) -> None:
+    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events.
+
+    ``present`` holds the keys of the span's decoded attributes: when it covers every pair
+    of the span and none of them is among ``attributes``, the span's own pairs are not read.
+    """
     if attributes:
-        kept = [pair for pair in span.attributes if pair.key not in attributes]
-        if len(kept) != len(span.attributes):
-            del span.attributes[:]
-            span.attributes.extend(kept)
-        for key, value in attributes.items():
-            pair = span.attributes.add()
-            pair.key = key
-            _set_any(pair.value, value)
+        pairs = span.attributes
+        if len(present) != len(pairs) or not attributes.keys().isdisjoint(present):
+            kept = [pair for pair in pairs if pair.key not in attributes]
+            if len(kept) != len(pairs):
+                del pairs[:]
+                pairs.extend(kept)
+        pairs.extend([KeyValue(key=key, value=_any(value)) for key, value in attributes.items()])
     for event in events:
-        added = span.events.add()
-        added.name = event.name
-        added.time_unix_nano = event.timestamp
-        for key, value in (event.attributes or {}).items():
-            pair = added.attributes.add()
-            pair.key = key
-            _set_any(pair.value, value)
+        span.events.append(
+            Span.Event(
+                name=event.name,
+                time_unix_nano=event.timestamp,
+                attributes=[KeyValue(key=key, value=_any(value)) for key, value in (event.attributes or {}).items()],
+            )
+        )
 
 
 def encode_batch(spans: Iterable[tuple[Origin, Span]]) -> ExportTraceServiceRequest:
