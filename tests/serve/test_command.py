@@ -141,3 +141,35 @@ def test_bad_option_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert message in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_sigterm_with_the_next_hop_down_drops_and_counts_what_it_held(budget_file: Path, hop: NextHop) -> None:
+    """With the next hop unreachable, SIGTERM still exits 0 at the deadline, counting the unsent spans as dropped."""
+    hop.stop()
+    process = _start(
+        budget_file,
+        hop,
+        "--shutdown-timeout",
+        "2",
+        env={"LATENCY_BUDGET_SERVE_REPORTS": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"},
+    )
+    try:
+        listening = _listening(process)
+        assert send_grpc(record(agent_trace), str(listening["grpc"])).name == "SUCCESS"
+        poll(
+            lambda: ((c := _counters(listening["health"])) is not None and c["traces_judged"] == 1) or None,
+            timeout=30,
+            what="the trace judged",
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        assert process.stderr is not None
+        events = [json.loads(line) for line in process.stderr.read().splitlines()]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "next_hop_down" in [e["event"] for e in events]
+    shutdown = next(e for e in events if e["event"] == "shutdown")
+    assert shutdown["counters"]["spans_dropped"] == 4
+    assert shutdown["counters"]["spans_forwarded"] == 0

@@ -122,7 +122,7 @@ class Server:
         self._forwarder.close(deadline - 0.2)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
-        self.log.event("shutdown", always=True, counters=counters, sinks_flushed=flushed)
+        self.log.event("shutdown", always=True, counters=counters, reports_done_in_time=flushed)
         self.health.stop()
         return flushed and counters["spans_dropped"] == 0
 
