@@ -114,7 +114,11 @@ class _Collecting(trace_service_pb2_grpc.TraceServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:
         with self._hop.lock:
-            self._hop.requests.append(request)
+            refuse = self._hop.refuse.pop(0) if self._hop.refuse else None
+            if refuse is None:
+                self._hop.requests.append(request)
+        if refuse is not None:
+            context.abort(refuse, "refused by the test")
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
@@ -144,6 +148,7 @@ class NextHop:
     def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.requests: list[Any] = []
+        self.refuse: list[grpc.StatusCode] = []  # the next trace requests answer these, in turn
         self.log_requests: list[Any] = []
         self.metric_requests: list[Any] = []
         self.port = port

@@ -170,3 +170,15 @@ def test_next_hop_down_past_the_queue_drops_and_counts(hop: NextHop, monkeypatch
         counters = serve.wait_for(lambda c: c["spans_dropped"] == 4, "the second trace's spans dropped")
     assert counters["spans_forwarded"] == 0
     assert serve.server.counters.snapshot()["spans_dropped"] == 8  # the queued 4 too, at the shutdown deadline
+
+
+def test_batch_refused_for_good_is_dropped_and_counted_and_the_queue_moves_on(hop: NextHop) -> None:
+    """A batch the next hop refuses with INVALID_ARGUMENT is dropped and counted; one refused UNAVAILABLE is retried."""
+    hop.refuse = [grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE]
+    with running(BUDGETS, hop.url) as serve:
+        send_grpc(record(agent_trace, first_trace=1), serve.grpc_endpoint)
+        serve.wait_for(lambda c: c["spans_dropped"] == 4, "the first trace dropped")
+        send_grpc(record(agent_trace, first_trace=2), serve.grpc_endpoint)
+        counters = serve.wait_for(lambda c: c["spans_forwarded"] == 4, "the second trace forwarded")
+    assert counters["spans_dropped"] == 4
+    assert {s.trace_id for _, _, s in hop.spans()} == {(2).to_bytes(16, "big")}

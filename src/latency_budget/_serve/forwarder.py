@@ -4,12 +4,14 @@ The requests go out through the SDK's own OTLP span exporters (gRPC or HTTP, cho
 configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, as
 :mod:`latency_budget.export._otlp` resolves them), fed already-encoded requests: the
 spans leave as they came, resource and scope kept, with no round trip through SDK span
-objects. The exporters' private entry points that take an encoded request are the one
-thing used here that their public API does not offer; ``tests/serve`` exercises both.
+objects. The exporters' private parts that send an encoded request (the gRPC stub, the
+HTTP client) are the one thing used here that their public API does not offer;
+``tests/serve`` exercises both.
 
-While the next hop refuses or is unreachable, the head of the queue is retried with
-backoff and new batches wait behind it, up to ``queue_spans`` spans; past that a new
-batch is dropped and counted (``spans_dropped``), never silently.
+While the next hop is unreachable or refuses for now, the head of the queue is retried
+with backoff and new batches wait behind it, up to ``queue_spans`` spans; past that a new
+batch is dropped and counted (``spans_dropped``), never silently. A batch the next hop
+refuses for good (gRPC ``INVALID_ARGUMENT``, HTTP 400) is dropped and counted at once.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Literal, Protocol
 
+import grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -33,41 +36,62 @@ __all__ = ["Forwarder", "Sender", "open_sender"]
 _BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
-class Sender(Protocol):
-    """Sends one encoded request to the next hop; True when it took it."""
+Outcome = Literal["sent", "retry", "rejected"]
+"""What the next hop did with a request: took it, failed for now (retry), or refused it for good."""
 
-    def send(self, request: ExportTraceServiceRequest) -> bool: ...
+# Reconnect soon after the next hop comes back (grpc's own backoff grows to two minutes).
+_CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000))
+# HTTP statuses that say "not now" rather than "never" (as the OTLP/HTTP specification lists them).
+_HTTP_RETRYABLE = frozenset({408, 429, 502, 503, 504})
+
+
+class Sender(Protocol):
+    """Sends one encoded request to the next hop, once (the forwarder retries)."""
+
+    def send(self, request: ExportTraceServiceRequest) -> Outcome: ...
 
     def shutdown(self) -> None: ...
 
 
 class _GrpcSender(GrpcSpanExporter):
-    """The SDK's gRPC span exporter (its channel, headers, TLS, timeout and retries), fed encoded requests."""
+    """The SDK's gRPC span exporter (its channel, credentials, headers, compression, timeout), fed encoded requests.
 
-    def _translate_data(self, data: Any) -> ExportTraceServiceRequest:
-        request: ExportTraceServiceRequest = data
-        return request
+    One attempt per call, through the exporter's stub: the forwarder does the retrying,
+    and needs the status code to tell a refusal for good (``INVALID_ARGUMENT``) from one
+    for now (the exporter's retryable codes, ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
+    """
 
-    def _count_data(self, data: Any) -> int:
-        return sum(len(scope.spans) for resource in data.resource_spans for scope in resource.scope_spans)
+    def __init__(self, endpoint: str | None = None) -> None:
+        super().__init__(endpoint=endpoint, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
 
-    def send(self, request: ExportTraceServiceRequest) -> bool:
-        return bool(self._export(request) == self._result.SUCCESS)  # type: ignore[arg-type]
+    def send(self, request: ExportTraceServiceRequest) -> Outcome:
+        client = self._client
+        if client is None or self._shutdown:
+            return "retry"
+        try:
+            client.Export(request=request, metadata=self._headers, timeout=self._timeout)
+        except grpc.RpcError as error:
+            return "retry" if error.code() in self._retryable_error_codes else "rejected"
+        return "sent"
 
 
 class _HttpSender(HttpSpanExporter):
-    """The SDK's OTLP/HTTP span exporter (its session, headers, TLS, timeout and retries), fed encoded requests."""
+    """The SDK's OTLP/HTTP span exporter (its session, headers, TLS, compression, timeout), fed encoded requests."""
 
-    def send(self, request: ExportTraceServiceRequest) -> bool:
+    def send(self, request: ExportTraceServiceRequest) -> Outcome:
         if self._shutdown:
-            return False
-        return bool(self._client.export(request.SerializeToString()).success)
+            return "retry"
+        result = self._client.export(request.SerializeToString())
+        if result.success:
+            return "sent"
+        status = result.status_code
+        return "rejected" if status is not None and 400 <= status < 500 and status not in _HTTP_RETRYABLE else "retry"
 
 
 def open_sender(target: OtlpTarget) -> Sender:
     """The sender for ``target``'s traces protocol and endpoint (None: the exporters read the environment)."""
     if target.protocols["traces"] == "grpc":
-        return _GrpcSender(endpoint=target.endpoint) if target.endpoint else _GrpcSender()
+        return _GrpcSender(endpoint=target.endpoint)
     return _HttpSender(endpoint=target.url("traces")) if target.endpoint else _HttpSender()
 
 
@@ -151,17 +175,23 @@ class Forwarder:
                     return  # stopped, or closing with nothing left
                 request, spans = self._queue[0]
             try:
-                sent = self._sender.send(request)
+                outcome = self._sender.send(request)
             except Exception as exc:  # an exporter bug must not stop forwarding
                 logging.getLogger("latency_budget").debug("forward failed: %r", exc)
-                sent = False
-            if sent:
+                outcome = "retry"
+            if outcome != "retry":
                 attempt = 0
                 with self._cond:
                     if self._queue and self._queue[0][0] is request:
                         self._queue.popleft()
                         self._queued -= spans
-                self._counters.add("spans_forwarded", spans)
+                if outcome == "sent":
+                    self._counters.add("spans_forwarded", spans)
+                else:  # refused for good: sending it again would block the queue behind it forever
+                    self._counters.add("spans_dropped", spans)
+                    self._log.event(
+                        "spans_dropped", reason="refused by the next hop", spans=spans, to=self._destination
+                    )
                 if self._down:
                     self._down = False
                     self._log.event("next_hop_up", always=True, to=self._destination)
