@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -173,3 +174,32 @@ def test_sigterm_with_the_next_hop_down_drops_and_counts_what_it_held(budget_fil
     shutdown = next(e for e in events if e["event"] == "shutdown")
     assert shutdown["counters"]["spans_dropped"] == 4
     assert shutdown["counters"]["spans_forwarded"] == 0
+
+
+def test_address_in_use_is_one_line_and_exit_2(budget_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A listen address another process holds is one line naming the problem, and exit status 2."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(
+            [
+                "serve",
+                "--budgets",
+                str(budget_file),
+                "--grpc-endpoint",
+                "127.0.0.1:0",
+                "--http-endpoint",
+                "none",
+                "--health-endpoint",
+                f"127.0.0.1:{port}",
+                "--reports",
+                "none",
+                "--forward-endpoint",
+                "http://127.0.0.1:9",
+            ]
+        )
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "cannot listen" in err[0]
