@@ -10,7 +10,7 @@ span changes. A root that already carries a verdict (judged in process) is left 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -27,7 +27,6 @@ __all__ = ["Judge", "Roots", "Verdicts"]
 logger = logging.getLogger("latency_budget")
 
 Roots = Literal["trace", "local"]
-ReportSink = Callable[[TraceReport], object]
 
 
 @dataclass(slots=True)
