@@ -29,6 +29,7 @@ from typing import IO, Any, TypeVar
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 COLLECTOR_CONFIG = REPO_DIR / "collector-config.yaml"
+COLLECTOR_TIER_CONFIG = REPO_DIR / "collector-tier.yaml"
 JAEGER_CONFIG = REPO_DIR / "jaeger-config.yaml"
 JAEGER_UI_CONFIG = REPO_DIR / "jaeger-ui.json"
 OTELCOL_BINARY_NAME = "otelcol-latency-budget"
