@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -211,11 +212,8 @@ def start_serve(name: str, budgets: Path, sink: str, log_dir: Path, args: Sequen
         f"http://{sink}",
         *args,
     ]
-    env = {
-        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": f"http://{sink}",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://{sink}",
-    }
-    process = launch(name, argv, f"http://{LOOPBACK}:{health_port}/health", log_dir, env, timeout)
+    # --forward-endpoint takes the violation logs and budget metrics too: the sink accepts them.
+    process = launch(name, argv, f"http://{LOOPBACK}:{health_port}/health", log_dir, {}, timeout)
     return Serve(process, f"{LOOPBACK}:{grpc_port}")
 
 
@@ -361,65 +359,87 @@ def send(target: str, requests: Sequence[bytes], *, timeout: float) -> int:
 
 
 @dataclass
-class Run:
-    spans: int
-    cpu_s: float
-    wall_s: float
+class Measured:
+    cpu_s: list[float]  # per pid
+    wall_s: float  # first request sent to last span forwarded, the decision wait included
     refused: int
-
-    @property
-    def per_cpu_s(self) -> float:
-        return self.spans / self.cpu_s if self.cpu_s else float("inf")
 
 
 def measure(
-    pids: Sequence[int], target: str, requests: Sequence[bytes], done: Callable[[], bool], timeout: float
-) -> tuple[list[float], float, int]:
-    """Send ``requests`` to ``target`` and wait for ``done``; return each pid's CPU seconds, the wall time, refusals."""
+    pids: Sequence[int],
+    target: str,
+    requests: Sequence[bytes],
+    forwarded: Callable[[], int],
+    total: int,
+    timeout: float,
+) -> Measured:
+    """Send ``requests`` to ``target`` (from a thread) until ``forwarded()`` reaches ``total``; CPU time per pid."""
+    outcome: dict[str, Any] = {}
+
+    def sender() -> None:
+        try:
+            outcome["refused"] = send(target, requests, timeout=timeout)
+        except BaseException as error:  # re-raised below, in the measuring thread
+            outcome["error"] = error
+
     cpu = [cpu_seconds(pid) for pid in pids]
     start = time.monotonic()
-    refused = send(target, requests, timeout=timeout)
-    wait_for(lambda: True if done() else None, timeout=timeout, what="every span forwarded")
+    thread = threading.Thread(target=sender, name="bench-sender")
+    thread.start()
+    deadline = start + timeout
+    while (count := forwarded()) < total:
+        now = time.monotonic()
+        if "error" in outcome:
+            raise outcome["error"]
+        if now > deadline:
+            raise TimeoutError(f"{count} of {total} spans forwarded after {timeout:.0f}s")
+        time.sleep(0.02)
     wall = time.monotonic() - start
-    return [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)], wall, refused
+    used = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
+    thread.join(timeout)
+    if "error" in outcome:
+        raise outcome["error"]
+    return Measured(used, wall, outcome.get("refused", 0))
 
 
-def serve_throughput(case: str, requests: list[bytes], spans: int, env: Env) -> Run:
+def _summary(measured: Measured, spans: int, cpu_s: float) -> dict[str, Any]:
+    return {
+        "spans_per_cpu_s": spans / cpu_s if cpu_s else float("nan"),
+        "cpu_s": cpu_s,
+        "spans_per_s": spans / measured.wall_s,
+        "wall_s": measured.wall_s,
+        "refused": measured.refused,
+    }
+
+
+def serve_throughput(requests: list[bytes], spans: int, env: Env) -> dict[str, Any]:
+    """serve alone: pre-encoded requests in, every span forwarded to the sink."""
     with sink() as next_hop:
         serve = start_serve("serve", env.budgets, next_hop, env.logs, env.serve_args(), env.timeout)
         try:
-            base = serve.counters()["spans_forwarded"]
-            (cpu,), wall, refused = measure(
-                [serve.pid],
-                serve.grpc,
-                requests,
-                lambda: serve.counters()["spans_forwarded"] - base >= spans,
-                env.timeout,
+            measured = measure(
+                [serve.pid], serve.grpc, requests, lambda: serve.counters()["spans_forwarded"], spans, env.timeout
             )
+            judged = serve.counters()["traces_judged"]
         finally:
             serve.process.stop()
-    return Run(spans, cpu, wall, refused)
+    return {**_summary(measured, spans, measured.cpu_s[0]), "traces_judged": judged}
 
 
-def anchor_throughput(case: str, requests: list[bytes], spans: int, env: Env) -> Run:
+def anchor_throughput(requests: list[bytes], spans: int, env: Env) -> dict[str, Any]:
+    """The Collector's tail sampling on the same requests, to the same sink."""
     with sink() as next_hop:
         (port,) = free_ports(1)
         config = anchor_config(env.logs, next_hop, env.collector_decision_wait)
-        collector = start_collector(
-            "otelcol-anchor",
-            env.tools_bin,
-            config,
-            {"OTELCOL_OTLP_GRPC_ENDPOINT": f"{LOOPBACK}:{port}"},
-            env.logs,
-            env.timeout,
-        )
+        receiver = {"OTELCOL_OTLP_GRPC_ENDPOINT": f"{LOOPBACK}:{port}"}
+        collector = start_collector("otelcol-anchor", env.tools_bin, config, receiver, env.logs, env.timeout)
         try:
-            (cpu,), wall, refused = measure(
-                [collector.pid], f"{LOOPBACK}:{port}", requests, lambda: collector.sent_spans() >= spans, env.timeout
+            measured = measure(
+                [collector.pid], f"{LOOPBACK}:{port}", requests, collector.sent_spans, spans, env.timeout
             )
         finally:
             collector.process.stop()
-    return Run(spans, cpu, wall, refused)
+    return _summary(measured, spans, measured.cpu_s[0])
 
 
 def open_trace_memory(case: str, requests: list[bytes], traces: int, env: Env) -> dict[str, float]:
@@ -468,7 +488,7 @@ def open_trace_memory(case: str, requests: list[bytes], traces: int, env: Env) -
     return result
 
 
-def tier_throughput(requests: list[bytes], spans: int, instances: int, env: Env) -> dict[str, float]:
+def tier_throughput(requests: list[bytes], spans: int, instances: int, env: Env) -> dict[str, Any]:
     """Spans per second through collector-tier.yaml and ``instances`` serve instances, and their CPU time."""
     with sink() as next_hop:
         serves = [
@@ -485,11 +505,12 @@ def tier_throughput(requests: list[bytes], spans: int, instances: int, env: Env)
             f"otelcol-tier-{instances}", env.tools_bin, TIER_CONFIG, tier_env, env.logs, env.timeout
         )
         try:
-            cpu, wall, refused = measure(
+            measured = measure(
                 [collector.pid, *(s.pid for s in serves)],
                 f"{LOOPBACK}:{grpc_port}",
                 requests,
-                lambda: sum(s.counters()["spans_forwarded"] for s in serves) >= spans,
+                lambda: sum(s.counters()["spans_forwarded"] for s in serves),
+                spans,
                 env.timeout,
             )
             judged = [s.counters()["traces_judged"] for s in serves]
@@ -497,15 +518,12 @@ def tier_throughput(requests: list[bytes], spans: int, instances: int, env: Env)
             collector.process.stop()
             for serve in serves:
                 serve.process.stop()
+    serve_cpu = sum(measured.cpu_s[1:])
     return {
         "instances": instances,
-        "spans_per_s": spans / wall,
-        "wall_s": wall,
-        "collector_cpu_s": cpu[0],
-        "serve_cpu_s": sum(cpu[1:]),
-        "spans_per_serve_cpu_s": spans / sum(cpu[1:]),
-        "traces_judged_per_instance": judged,  # type: ignore[dict-item]
-        "refused": refused,
+        **_summary(measured, spans, serve_cpu),
+        "collector_cpu_s": measured.cpu_s[0],
+        "traces_judged_per_instance": judged,
     }
 
 
@@ -557,21 +575,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             spans = args.traces * SHAPES[case][1]
             row: dict[str, Any] = {"spans": spans, "request_bytes": sum(map(len, requests))}
             if "throughput" in only:
-                run = serve_throughput(case, requests, spans, env)
-                row["serve"] = {
-                    "spans_per_cpu_s": run.per_cpu_s,
-                    "cpu_s": run.cpu_s,
-                    "wall_s": run.wall_s,
-                    "refused": run.refused,
-                }
+                row["serve"] = serve_throughput(requests, spans, env)
             if "anchor" in only:
-                run = anchor_throughput(case, requests, spans, env)
-                row["collector"] = {
-                    "spans_per_cpu_s": run.per_cpu_s,
-                    "cpu_s": run.cpu_s,
-                    "wall_s": run.wall_s,
-                    "refused": run.refused,
-                }
+                row["collector"] = anchor_throughput(requests, spans, env)
             if "memory" in only:
                 row["bytes_per_open_trace"] = open_trace_memory(case, requests, args.traces, env)
             if "scaling" in only:
@@ -594,7 +600,8 @@ def render(results: dict[str, Any]) -> str:
             if who in row:
                 run = row[who]
                 lines.append(
-                    f"  {label}: {run['spans_per_cpu_s']:,.0f} spans per CPU-second ({run['cpu_s']:.2f} CPU-s)"
+                    f"  {label}: {run['spans_per_cpu_s']:,.0f} spans per CPU-second ({run['cpu_s']:.2f} CPU-s),"
+                    f" {run['spans_per_s']:,.0f} spans/s (wall)"
                 )
         if "bytes_per_open_trace" in row:
             memory = row["bytes_per_open_trace"]
@@ -604,7 +611,7 @@ def render(results: dict[str, Any]) -> str:
         for tier in row.get("tier", []):
             lines.append(
                 f"  tier, {tier['instances']} instance(s): {tier['spans_per_s']:,.0f} spans/s (wall);"
-                f" serve {tier['serve_cpu_s']:.2f} CPU-s ({tier['spans_per_serve_cpu_s']:,.0f} spans per CPU-s),"
+                f" serve {tier['cpu_s']:.2f} CPU-s ({tier['spans_per_cpu_s']:,.0f} spans per CPU-s),"
                 f" Collector {tier['collector_cpu_s']:.2f} CPU-s;"
                 f" judged per instance {tier['traces_judged_per_instance']}"
             )
