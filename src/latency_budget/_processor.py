@@ -20,16 +20,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind
 
-from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
-from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.annotate import root_annotation, stage_span_attributes
 from latency_budget._core.recent import RecentCalls, add_lever_hints
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
@@ -50,7 +49,7 @@ from latency_budget._sdk_internals import (
 from latency_budget._trace_table import TraceTable
 
 if TYPE_CHECKING:
-    from opentelemetry.util.types import AttributeValue
+    pass
 
 __all__ = ["LatencyBudgetProcessor", "ProcessorStats"]
 
@@ -320,7 +319,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
         if stage < 0:  # the common case: recorded, forwarded untouched
             return None
-        extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)
+        extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 
     def _end_root(
@@ -349,45 +348,9 @@ class LatencyBudgetProcessor(SpanProcessor):
                 add_lever_hints(self._recent, state.outermost_calls(), state.budgets.stages, report, state.names)
             except Exception as exc:  # the verdict stands without the lever hints
                 _guard.log_internal_error("lever hints", exc)
-        root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
-        if stage >= 0:
-            root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
-        events: list[Event] = []
-        if report.violations or report.hints:
-            at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
-            events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
-            events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
+        root_extra, events = root_annotation(state, report, stage, name, kind, scope, start, end, attributes)
         return annotated_copy(root, root_extra, events), report
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
         self._table.reset_after_fork()
-
-
-def _span_attributes(
-    state: TraceState,
-    stage: int,
-    name: str,
-    kind: SpanKind,
-    scope: str,
-    start: int,
-    end: int,
-    attributes: Mapping[str, Any],
-) -> dict[str, AttributeValue]:
-    """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
-    budget = state.budgets.stages[stage]
-    extra: dict[str, AttributeValue] = {}
-    # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
-    # the span's attribute limits dropped the label: then it stays dropped).
-    if (
-        attributes.get(attr.STAGE) != budget.name
-        and state.config.classifier.prepare(name, kind, scope).__class__ is not int
-    ):
-        extra[attr.STAGE] = budget.name
-        if budget.budget_ms is not None:
-            extra[attr.STAGE_BUDGET_MS] = float(budget.budget_ms)
-    own_ms = (end - start) / 1e6
-    if budget.budget_ms is not None and own_ms > budget.budget_ms:
-        extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
-        extra[attr.ACTUAL_MS] = (own_ms * 1000.0 + 0.5) // 1.0 / 1000.0  # to the microsecond
-    return extra

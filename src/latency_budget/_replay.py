@@ -26,7 +26,7 @@ from latency_budget._core.call_facts import calls_of
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 
-__all__ = ["SpanRecord", "evaluate_spans", "record_of"]
+__all__ = ["JudgedRoot", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,8 @@ class SpanRecord:
 
     ``remote_parent`` is true when the parent ran in another process or service, which
     makes this span a local root, as a remote parent context does in the live processor.
+    ``resource`` holds the attributes of the resource that made the span (``service.name``),
+    which a rule's ``resource`` conditions read.
     """
 
     trace_id: int
@@ -48,6 +50,17 @@ class SpanRecord:
     attributes: Mapping[str, object] = field(default_factory=dict)
     events: tuple[Event, ...] = ()
     remote_parent: bool = False
+    resource: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class JudgedRoot:
+    """One judged root: the span, its trace's account, the report and the root's own stage (or -1)."""
+
+    root: SpanRecord
+    state: TraceState
+    report: TraceReport
+    stage: int
 
 
 def record_of(span: ReadableSpan) -> SpanRecord:
@@ -83,50 +96,95 @@ def evaluate_spans(
     Each report carries its stage calls (``calls``, outermost calls only) for the lever
     estimates.
     """
+    reports: list[TraceReport] = []
+    for judged in judge_roots(config, spans, max_spans_per_trace=max_spans_per_trace, every_root=every_root):
+        report = judged.report
+        report.calls = calls_of(
+            judged.state.outermost_calls(), judged.state.budgets.stages
+        )  # the levers are estimated over all requests (CLI)
+        reports.append(report)
+    return reports
+
+
+def judge_roots(
+    config: BudgetConfig,
+    spans: Iterable[SpanRecord],
+    *,
+    max_spans_per_trace: int = 1_000,
+    every_root: bool = False,
+    whole_trace: bool = False,
+) -> list[JudgedRoot]:
+    """Judge each root among ``spans`` that is a request, ordered by the root's start time.
+
+    The roots are the local roots (see :func:`evaluate_spans`), or with ``whole_trace``
+    one per trace: its span with no parent (the earliest, if several), whose account
+    holds every span of the trace, whichever process made it; a trace with no such span
+    is not judged. A span's stage is decided under ``config`` resolved for its own
+    resource, the root's request and profile under the root's.
+    """
     by_id: dict[tuple[int, int], SpanRecord] = {}
     for span in spans:
-        by_id[(span.trace_id, span.span_id)] = span
+        by_id[(span.trace_id, span.span_id)] = span  # a repeated id: the last one counts
 
     roots: dict[tuple[int, int], SpanRecord] = {}
-    owner: dict[tuple[int, int], tuple[int, int]] = {}
-
-    def local_root(key: tuple[int, int]) -> tuple[int, int]:
-        path = []
-        while key not in owner:
-            span = by_id[key]
-            parent = (span.trace_id, span.parent_id) if span.parent_id is not None else None
-            if parent is None or span.remote_parent or parent not in by_id or parent in path or parent == key:
-                roots[key] = span
-                owner[key] = key
-                break
-            path.append(key)
-            key = parent
-        found = owner[key]
-        for step in path:
-            owner[step] = found
-        return found
-
     members: dict[tuple[int, int], list[SpanRecord]] = {}
-    for key, span in by_id.items():
-        members.setdefault(local_root(key), []).append(span)
+    if whole_trace:
+        first: dict[int, SpanRecord] = {}
+        for span in by_id.values():
+            if span.parent_id is None:
+                known = first.get(span.trace_id)
+                if known is None or (span.start_ns, span.span_id) < (known.start_ns, known.span_id):
+                    first[span.trace_id] = span
+        for span in first.values():
+            roots[(span.trace_id, span.span_id)] = span
+        for span in by_id.values():
+            root = first.get(span.trace_id)
+            if root is not None:
+                members.setdefault((root.trace_id, root.span_id), []).append(span)
+    else:
+        owner: dict[tuple[int, int], tuple[int, int]] = {}
 
-    reports: list[TraceReport] = []
+        def local_root(key: tuple[int, int]) -> tuple[int, int]:
+            path = []
+            while key not in owner:
+                span = by_id[key]
+                parent = (span.trace_id, span.parent_id) if span.parent_id is not None else None
+                if parent is None or span.remote_parent or parent not in by_id or parent in path or parent == key:
+                    roots[key] = span
+                    owner[key] = key
+                    break
+                path.append(key)
+                key = parent
+            found = owner[key]
+            for step in path:
+                owner[step] = found
+            return found
+
+        for key, span in by_id.items():
+            members.setdefault(local_root(key), []).append(span)
+
+    judged: list[JudgedRoot] = []
     unshared = nullcontext()  # one thread: the overflow counters need no lock
+    resolve = config.for_resource if config.resource_keys else None
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
-        if not every_root and not config.is_request(root.name, root.kind, root.scope, root.attributes):
+        root_config = resolve(root.resource) if resolve is not None else config
+        if not every_root and not root_config.is_request(root.name, root.kind, root.scope, root.attributes):
             continue  # not a request: its spans are not accounted, as in the live processor
-        budgets = config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
+        budgets = root_config.budgets_for_root(root.name, root.kind, root.scope, root.attributes)
         state = TraceState(
-            config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events
+            root_config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events
         )
         # In the order they ended, the root last; spans that ended after their root are
         # left out: the live processor could not count them either.
         ended = [s for s in members[root_key] if s is not root and s.end_ns <= root.end_ns]
         ended.sort(key=lambda s: (s.end_ns, s.start_ns))
         ended.append(root)
+        stage = -1
         for span in ended:
             parent = None if span is root else span.parent_id
-            state.end_span(
+            if resolve is not None:  # the stages are the same objects in every resolved config
+                state.config = resolve(span.resource)
+            stage = state.end_span(
                 span.span_id,
                 parent,
                 span.name,
@@ -137,12 +195,10 @@ def evaluate_spans(
                 span.attributes,
                 span,
             )
+        state.config = root_config
         report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
-        report.calls = calls_of(
-            state.outermost_calls(), budgets.stages
-        )  # the levers are estimated over all requests (CLI)
-        reports.append(report)
-    return reports
+        judged.append(JudgedRoot(root, state, report, stage))  # stage: the root's, recorded last
+    return judged
 
 
 def _events(span: SpanRecord) -> tuple[Event, ...]:

@@ -21,7 +21,7 @@ from latency_budget._config.genai_defaults import (
     builtin_rules,
 )
 from latency_budget._config.limits import MAX_PROFILES, MAX_RULES, MAX_STAGES
-from latency_budget._config.matching import GlobError, MatchRule, compile_glob, exact_values
+from latency_budget._config.matching import Conditions, GlobError, MatchRule, compile_glob, exact_values
 from latency_budget._config.model import (
     DEFAULT_MIN_SAVING_MS,
     DEFAULT_PROFILE,
@@ -89,7 +89,7 @@ _PROFILE_KEYS = (
 # An objective: a percentage above 0 and below 100, with at most 6 decimals ("99%", "99.95%").
 # budgets.schema.json has the same pattern.
 _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
-_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope")
+_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "resource")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 _HINTS_KEYS = ("min_saving_ms",)
 
@@ -384,21 +384,33 @@ class _Builder:
             exists = tuple(
                 key for key, _ in self.string_list(spec["exists"], spec.key_lines["exists"], f"{path}.exists")
             )
-        attributes: list[tuple[str, frozenset[tuple[type, object]]]] = []
-        if "attributes" in spec:
-            attrs = self.mapping(spec["attributes"], spec.key_lines["attributes"], f"{path}.attributes")
-            if not attrs:
-                self.fail(attrs.line, f"{path}.attributes", "expected at least one attribute")
-            for key, allowed in attrs.items():
-                key_path, key_line = f"{path}.attributes.{key}", attrs.key_lines[key]
-                values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
-                if not values:
-                    self.fail(key_line, key_path, "expected a value or a non-empty list of values")
-                for value in values:
-                    if value is None or isinstance(value, (LocatedDict, LocatedList)):
-                        self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
-                attributes.append((key, exact_values(values)))
-        return MatchRule(name=name, attributes=tuple(attributes), exists=exists, kind=kind, scope=scope)
+        return MatchRule(
+            name=name,
+            attributes=self.conditions(spec, "attributes", path),
+            exists=exists,
+            kind=kind,
+            scope=scope,
+            resource=self.conditions(spec, "resource", path),
+        )
+
+    def conditions(self, spec: LocatedDict, section: str, path: str) -> Conditions:
+        """A rule's ``attributes`` or ``resource``: key -> a value or a list of allowed values."""
+        if section not in spec:
+            return ()
+        found: list[tuple[str, frozenset[tuple[type, object]]]] = []
+        attrs = self.mapping(spec[section], spec.key_lines[section], f"{path}.{section}")
+        if not attrs:
+            self.fail(attrs.line, f"{path}.{section}", "expected at least one attribute")
+        for key, allowed in attrs.items():
+            key_path, key_line = f"{path}.{section}.{key}", attrs.key_lines[key]
+            values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
+            if not values:
+                self.fail(key_line, key_path, "expected a value or a non-empty list of values")
+            for value in values:
+                if value is None or isinstance(value, (LocatedDict, LocatedList)):
+                    self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
+            found.append((key, exact_values(values)))
+        return tuple(found)
 
     def glob(self, value: Any, line: int, path: str) -> re.Pattern[str]:
         pattern = self.string(value, line, path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opentelemetry.trace import SpanKind
 
@@ -80,6 +80,10 @@ class MatchRule:
     # Conditions that veto the rule: a span with one of these values is not matched,
     # whatever else holds (the built-in rules' "not a call", see genai_defaults.NOT_CALLS).
     unless: Conditions = ()
+    # Conditions on the resource of the process that made the span (``service.name``).
+    # They are settled once per resource, by :meth:`resolved`; a rule that still has them
+    # has not been resolved and matches nothing.
+    resource: Conditions = ()
 
     def __post_init__(self) -> None:
         if self.unless and not self.needs_attributes:
@@ -90,8 +94,18 @@ class MatchRule:
         """Whether the rule's outcome depends on the span's attributes."""
         return bool(self.attributes or self.exists)
 
+    def resolved(self, resource: Mapping[str, object]) -> MatchRule | None:
+        """The rule for spans of ``resource``: without its resource conditions when they hold, else None."""
+        if not self.resource:
+            return self
+        if not _holds(self.resource, resource):
+            return None
+        return replace(self, resource=())
+
     def matches_static(self, name: str, kind: SpanKind, scope: str) -> bool:
         """The part of the rule that depends only on name, kind and scope."""
+        if self.resource:  # not resolved for a resource (see resolved): it matches nothing
+            return False
         if self.kind is not None and kind is not self.kind:
             return False
         if self.name is not None and self.name.match(name) is None:
@@ -103,20 +117,27 @@ class MatchRule:
         for key in self.exists:
             if key not in attributes:
                 return False
-        for key, allowed in self.attributes:
-            value = attributes.get(key, _MISSING)
-            if value is _MISSING:
-                return False
-            try:
-                if (type(value), value) not in allowed:
-                    return False
-            except TypeError:  # unhashable values never match
-                return False
+        if self.attributes and not _holds(self.attributes, attributes):
+            return False
         return not self.unless or not vetoed(self.unless, attributes)
 
     def matches(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
         """Whether a span with these properties satisfies the rule."""
         return self.matches_static(name, kind, scope) and self.matches_attributes(attributes)
+
+
+def _holds(conditions: Conditions, attributes: Mapping[str, object]) -> bool:
+    """Whether ``attributes`` hold every one of ``conditions`` (exact values, type included)."""
+    for key, allowed in conditions:
+        value = attributes.get(key, _MISSING)
+        if value is _MISSING:
+            return False
+        try:
+            if (type(value), value) not in allowed:
+                return False
+        except TypeError:  # unhashable values never match
+            return False
+    return True
 
 
 def vetoed(unless: Conditions, attributes: Mapping[str, object]) -> bool:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Literal
 
@@ -145,11 +146,39 @@ class BudgetConfig:
     requests: tuple[MatchRule, ...] | None = None
     classifier: StageClassifier = field(init=False, repr=False, compare=False)
     stage_index: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    # The resource attribute keys that some rule reads (empty: the common case, and a
+    # config resolved for one resource), and the configs resolved so far, by their values.
+    resource_keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _by_resource: dict[tuple[object, ...], BudgetConfig] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rules = [(i, rule) for i, stage in enumerate(self.stages) for rule in stage.rules]
         object.__setattr__(self, "classifier", StageClassifier(rules))
         object.__setattr__(self, "stage_index", {stage.name: i for i, stage in enumerate(self.stages)})
+        every = [rule for _, rule in rules] + list(self.requests or ()) + [p.when for p in self.profiles]
+        keys = dict.fromkeys(key for rule in every for key, _ in rule.resource)
+        object.__setattr__(self, "resource_keys", tuple(keys))
+        object.__setattr__(self, "_by_resource", {})
+
+    def for_resource(self, resource: Mapping[str, object]) -> BudgetConfig:
+        """This config for the spans of one resource (a process, a service): its ``resource`` rules settled.
+
+        Itself when no rule reads the resource. Otherwise a config whose rules that
+        ``resource`` satisfies lose their resource conditions and whose other such rules
+        are gone (a profile's ``when`` then never holds); the stages, their order and the
+        budgets are the same objects, so spans of several resources add up in one trace.
+        Resolved once per distinct value of the keys read (at most 1,024 kept).
+        """
+        keys = self.resource_keys
+        if not keys:
+            return self
+        values = tuple(_key_of(resource.get(key, _ABSENT)) for key in keys)
+        found = self._by_resource.get(values)
+        if found is None:
+            found = _resolve(self, resource)
+            if len(self._by_resource) < _MAX_RESOLVED:
+                self._by_resource[values] = found
+        return found
 
     @property
     def stage_names(self) -> tuple[str, ...]:
@@ -181,3 +210,31 @@ class BudgetConfig:
             if candidate.name == profile:
                 return candidate.budgets
         raise KeyError(profile)
+
+
+_ABSENT = object()
+_MAX_RESOLVED = 1024
+_NEVER = re.compile(r"(?!)")  # matches no name: a profile's ``when`` that the resource rules out
+
+
+def _key_of(value: object) -> object:
+    """A resource value as a cache key: itself when hashable, else its type and text."""
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value), repr(value))
+    return (type(value), value)
+
+
+def _resolve(config: BudgetConfig, resource: Mapping[str, object]) -> BudgetConfig:
+    """``config`` with every rule resolved for ``resource`` (see :meth:`BudgetConfig.for_resource`)."""
+
+    def kept(rules: tuple[MatchRule, ...]) -> tuple[MatchRule, ...]:
+        return tuple(found for rule in rules if (found := rule.resolved(resource)) is not None)
+
+    stages = tuple(replace(stage, rules=kept(stage.rules)) for stage in config.stages)
+    profiles = tuple(
+        replace(profile, when=profile.when.resolved(resource) or MatchRule(name=_NEVER)) for profile in config.profiles
+    )
+    requests = kept(config.requests) if config.requests is not None else None
+    return BudgetConfig(config.source, stages, config.default, profiles, requests)

@@ -10,11 +10,30 @@ cheaper than ``round(ms * 1000) / 1000``, on the root's end, on the application'
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.sdk.trace import Event
+
 from latency_budget import _attributes as attr
 from latency_budget._core.hints import Hint
 from latency_budget._core.report import TraceReport, Violation
 
-__all__ = ["event_time_ns", "hint_attributes", "root_attributes", "verdict_text", "violation_attributes"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from opentelemetry.trace import SpanKind
+    from opentelemetry.util.types import AttributeValue
+
+    from latency_budget._core.trace_state import TraceState
+
+__all__ = [
+    "event_time_ns",
+    "hint_attributes",
+    "root_attributes",
+    "stage_span_attributes",
+    "verdict_text",
+    "violation_attributes",
+]
 
 AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 
@@ -201,3 +220,59 @@ def event_time_ns(start_ns: int, end_ns: int) -> int:
     # Never after end_ns: it is end_ns less the sub-microsecond parts of start and duration.
     jaeger_end = (start_ns // 1000 + (end_ns - start_ns) // 1000) * 1000
     return jaeger_end if jaeger_end >= start_ns else start_ns
+
+
+def stage_span_attributes(
+    state: TraceState,
+    stage: int,
+    name: str,
+    kind: SpanKind,
+    scope: str,
+    start: int,
+    end: int,
+    attributes: Mapping[str, Any],
+) -> dict[str, AttributeValue]:
+    """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
+    budget = state.budgets.stages[stage]
+    extra: dict[str, AttributeValue] = {}
+    # Matched late: not labelled at start (a span its name alone puts in a stage was, unless
+    # the span's attribute limits dropped the label: then it stays dropped).
+    if (
+        attributes.get(attr.STAGE) != budget.name
+        and state.config.classifier.prepare(name, kind, scope).__class__ is not int
+    ):
+        extra[attr.STAGE] = budget.name
+        if budget.budget_ms is not None:
+            extra[attr.STAGE_BUDGET_MS] = float(budget.budget_ms)
+    own_ms = (end - start) / 1e6
+    if budget.budget_ms is not None and own_ms > budget.budget_ms:
+        extra[attr.VIOLATED if budget.severity == "error" else attr.WARNED] = True
+        extra[attr.ACTUAL_MS] = (own_ms * 1000.0 + 0.5) // 1.0 / 1000.0  # to the microsecond
+    return extra
+
+
+def root_annotation(
+    state: TraceState,
+    report: TraceReport,
+    stage: int,
+    name: str,
+    kind: SpanKind,
+    scope: str,
+    start: int,
+    end: int,
+    attributes: Mapping[str, Any],
+) -> tuple[dict[str, AttributeValue], list[Event]]:
+    """What a judged root gains: its attributes (its own as a stage span first, when it is one) and events.
+
+    The events (one per violation and hint) are stamped at :func:`event_time_ns`, inside
+    the root's interval as every backend stores it.
+    """
+    extra: dict[str, AttributeValue] = dict(root_attributes(report, truncated=state.truncated))
+    if stage >= 0:
+        extra = {**stage_span_attributes(state, stage, name, kind, scope, start, end, attributes), **extra}
+    events: list[Event] = []
+    if report.violations or report.hints:
+        at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
+        events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
+        events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
+    return extra, events

@@ -1,0 +1,169 @@
+"""Trace assembly: spans grouped by trace id until the trace can be decided, within fixed bounds.
+
+A trace is ready to judge once its root (the span with no parent) has arrived and no
+span of it has arrived for ``decision_wait`` seconds, as the Collector's tail sampling
+decides; one whose root has not arrived ``max_wait`` seconds after its first span is
+given up (forwarded unjudged). Memory is bounded by open traces, spans per trace and
+bytes: a request that would pass the first or the last is refused whole (the sender
+retries it), and a trace that grows past the spans bound is evicted, forwarded
+unjudged. The ids of decided traces are remembered (a bounded number), so a span that
+arrives after its trace was decided is forwarded as it is, never judged on part of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from latency_budget._serve.otlp import Received
+
+__all__ = ["Decided", "Limits", "Refused", "TraceBuffer"]
+
+Outcome = Literal["judge", "no_root", "evicted", "late", "shutdown"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The bounds and waits of assembly (seconds and counts, all positive)."""
+
+    decision_wait_s: float = 5.0
+    max_wait_s: float = 60.0
+    max_traces: int = 50_000
+    max_spans_per_trace: int = 10_000
+    max_bytes: int = 256 * 1024 * 1024
+    remembered_traces: int = 200_000  # decided trace ids kept, to forward late spans as they are
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Why a request was refused (the buffer is full): the sender should retry after ``retry_after_s``."""
+
+    reason: str
+    retry_after_s: float
+
+
+@dataclass(slots=True)
+class Decided:
+    """Spans of one trace leaving the buffer, and why."""
+
+    trace_id: int
+    spans: list[Received]
+    outcome: Outcome
+
+
+class _Open:
+    __slots__ = ("first_at", "last_at", "rooted", "size", "spans")
+
+    def __init__(self, now: float) -> None:
+        self.spans: list[Received] = []
+        self.first_at = now
+        self.last_at = now
+        self.rooted = False
+        self.size = 0
+
+
+class TraceBuffer:
+    """Open traces, oldest activity first. Thread-safe; ``clock`` is monotonic seconds."""
+
+    def __init__(self, limits: Limits, clock: Callable[[], float]) -> None:
+        self.limits = limits
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._open: OrderedDict[int, _Open] = OrderedDict()
+        self._decided: OrderedDict[int, None] = OrderedDict()
+        self._bytes = 0
+        self._spans = 0
+
+    def held(self) -> tuple[int, int, int]:
+        """Open traces, spans and bytes held now."""
+        with self._lock:
+            return len(self._open), self._spans, self._bytes
+
+    def add(self, spans: list[Received]) -> tuple[Refused | None, list[Decided]]:
+        """Take the spans of one request, all or none; what must leave at once (late spans, evicted traces).
+
+        Refused when the request's new traces would pass ``max_traces`` or its bytes
+        ``max_bytes``: nothing of it is kept, and the caller says so in its protocol.
+        """
+        limits = self.limits
+        now = self._clock()
+        size = sum(item.size for item in spans)
+        leaving: list[Decided] = []
+        with self._lock:
+            open_traces, decided = self._open, self._decided
+            new_ids = {item.record.trace_id for item in spans} - open_traces.keys() - decided.keys()
+            if open_traces and len(open_traces) + len(new_ids) > limits.max_traces:
+                return Refused(f"{len(open_traces)} traces open (--max-traces {limits.max_traces})", _retry(limits)), []
+            if self._bytes and self._bytes + size > limits.max_bytes:
+                return Refused(f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})", _retry(limits)), []
+            late: dict[int, list[Received]] = {}
+            for item in spans:
+                trace_id = item.record.trace_id
+                trace = open_traces.get(trace_id)
+                if trace is None:
+                    if trace_id in decided:
+                        late.setdefault(trace_id, []).append(item)
+                        continue
+                    trace = open_traces[trace_id] = _Open(now)
+                else:
+                    open_traces.move_to_end(trace_id)
+                trace.spans.append(item)
+                trace.last_at = now
+                trace.size += item.size
+                if item.record.parent_id is None:
+                    trace.rooted = True
+                self._bytes += item.size
+                self._spans += 1
+                if len(trace.spans) > limits.max_spans_per_trace:
+                    leaving.append(Decided(trace_id, self._close(trace_id), "evicted"))
+            leaving.extend(Decided(trace_id, items, "late") for trace_id, items in late.items())
+        return None, leaving
+
+    def due(self) -> list[Decided]:
+        """The traces to decide now: quiet and rooted (to judge), or rootless past ``max_wait``."""
+        limits = self.limits
+        now = self._clock()
+        quiet_before = now - limits.decision_wait_s
+        given_up_before = now - limits.max_wait_s
+        found: list[Decided] = []
+        with self._lock:
+            ready: list[tuple[int, Outcome]] = []
+            for trace_id, trace in self._open.items():  # oldest activity first
+                if trace.last_at > quiet_before:
+                    break  # this one and all after it had a span within decision_wait
+                if trace.rooted:
+                    ready.append((trace_id, "judge"))
+                elif trace.first_at <= given_up_before:
+                    ready.append((trace_id, "no_root"))
+            for trace_id, outcome in ready:
+                found.append(Decided(trace_id, self._close(trace_id), outcome))
+        return found
+
+    def drain(self) -> list[Decided]:
+        """Every open trace, for shutdown: rooted ones to judge, the others to forward unjudged."""
+        with self._lock:
+            ids = list(self._open)
+            return [
+                Decided(trace_id, spans, "judge" if rooted else "shutdown")
+                for trace_id in ids
+                for rooted in (self._open[trace_id].rooted,)
+                for spans in (self._close(trace_id),)
+            ]
+
+    def _close(self, trace_id: int) -> list[Received]:
+        trace = self._open.pop(trace_id)
+        self._bytes -= trace.size
+        self._spans -= len(trace.spans)
+        decided = self._decided
+        decided[trace_id] = None
+        if len(decided) > self.limits.remembered_traces:
+            decided.popitem(last=False)
+        return trace.spans
+
+
+def _retry(limits: Limits) -> float:
+    """How long a refused sender should wait: about when the oldest open traces are decided."""
+    return max(1.0, min(limits.decision_wait_s, 30.0))

@@ -1,0 +1,289 @@
+"""OTLP trace requests in and out: protobuf spans as replay records, annotations, batches to forward.
+
+A received span keeps its protobuf message (forwarded as it came, but for a judged root's
+additions) and its origin, the resource and scope it came with, so a forwarded batch
+regroups spans under the same resource and scope. The decoder also gives each span a
+:class:`~latency_budget._replay.SpanRecord`, the form the judge reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace import Event
+from opentelemetry.trace import SpanKind
+
+from latency_budget._replay import SpanRecord
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import Attributes
+
+__all__ = [
+    "BadRequest",
+    "Origin",
+    "Received",
+    "annotate",
+    "decode_request",
+    "encode_batch",
+    "parse_json",
+    "parse_protobuf",
+]
+
+_KINDS = (SpanKind.INTERNAL, SpanKind.INTERNAL, SpanKind.SERVER, SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER)
+_HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
+_IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+# Array attribute values keep at most this many items for the matchers (the span keeps all).
+_MAX_ARRAY = 128
+
+
+class BadRequest(ValueError):
+    """A request body that is not an OTLP trace export (the message says why, without echoing the body)."""
+
+
+class Origin:
+    """The resource and scope a group of received spans came with (shared, never copied per span)."""
+
+    __slots__ = ("resource", "resource_attributes", "resource_schema", "scope", "scope_name", "scope_schema")
+
+    def __init__(
+        self,
+        resource: Resource,
+        resource_schema: str,
+        resource_attributes: Mapping[str, object],
+        scope: InstrumentationScope,
+        scope_schema: str,
+    ) -> None:
+        self.resource = resource
+        self.resource_schema = resource_schema
+        self.resource_attributes = resource_attributes
+        self.scope = scope
+        self.scope_name = scope.name
+        self.scope_schema = scope_schema
+
+
+class Received:
+    """One received span: its protobuf message, where it came from, its record and its share of the bytes held."""
+
+    __slots__ = ("origin", "record", "size", "span")
+
+    def __init__(self, span: Span, origin: Origin, record: SpanRecord, size: int) -> None:
+        self.span = span
+        self.origin = origin
+        self.record = record
+        self.size = size
+
+
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """An ``ExportTraceServiceRequest`` from its protobuf encoding."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except Exception as exc:  # protobuf's DecodeError, or a message nested past its recursion limit
+        raise BadRequest(f"not an OTLP protobuf trace export ({type(exc).__name__})") from None
+    return request
+
+
+def parse_json(body: bytes) -> ExportTraceServiceRequest:
+    """An ``ExportTraceServiceRequest`` from OTLP/JSON: protobuf JSON with hex trace and span ids.
+
+    The ids are turned into the base64 that protobuf's own JSON parser reads for bytes;
+    the rest (lowerCamelCase or original field names, enums as integers, 64-bit integers
+    as strings) is that parser's.
+    """
+    try:
+        document = json.loads(body)
+    except (ValueError, RecursionError):
+        raise BadRequest("not JSON") from None
+    if not isinstance(document, dict):
+        raise BadRequest("expected a JSON object with resourceSpans")
+    try:
+        for resource_spans in _list(document, "resourceSpans", "resource_spans"):
+            for scope_spans in _list(resource_spans, "scopeSpans", "scope_spans"):
+                for span in _list(scope_spans, "spans"):
+                    _ids_to_base64(span, ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"))
+                    for link in _list(span, "links"):
+                        _ids_to_base64(link, ("traceId", "trace_id", "spanId", "span_id"))
+        return json_format.ParseDict(document, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    except BadRequest:
+        raise
+    except Exception as exc:  # json_format.ParseError, and type errors on odd shapes
+        raise BadRequest(f"not an OTLP/JSON trace export: {str(exc)[:200]}") from None
+
+
+def _list(parent: object, *keys: str) -> list[Any]:
+    if not isinstance(parent, dict):
+        raise BadRequest("expected JSON objects in resourceSpans, scopeSpans and spans")
+    for key in keys:
+        value = parent.get(key)
+        if value is not None:
+            if not isinstance(value, list):
+                raise BadRequest(f"{key}: expected a list")
+            return value
+    return []
+
+
+def _ids_to_base64(item: object, keys: Sequence[str]) -> None:
+    if not isinstance(item, dict):
+        raise BadRequest("expected JSON objects in resourceSpans, scopeSpans and spans")
+    for key in keys:
+        value = item.get(key)
+        if isinstance(value, str) and value:
+            try:
+                item[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+            except ValueError:
+                raise BadRequest(f"{key}: expected a hex id, got {value[:40]!r}") from None
+
+
+def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tuple[list[Received], int, str]:
+    """The spans of ``request``, and how many were rejected and why (the first reason).
+
+    A span with a trace id that is not 16 bytes or a span id that is not 8 is rejected
+    (it cannot be grouped or forwarded meaningfully); the others are kept whatever they
+    hold. Each span's share of ``request_bytes`` is what it counts for in the bounds.
+    """
+    total = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+    share = request_bytes // total + 1 if total else 0
+    received: list[Received] = []
+    rejected = 0
+    reason = ""
+    for resource_spans in request.resource_spans:
+        resource = resource_spans.resource
+        resource_attributes = attributes_of(resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            origin = Origin(
+                resource, resource_spans.schema_url, resource_attributes, scope_spans.scope, scope_spans.schema_url
+            )
+            scope = origin.scope_name
+            for span in scope_spans.spans:
+                trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+                if len(trace_id) != 16 or len(span_id) != 8 or (parent and len(parent) != 8):
+                    rejected += 1
+                    reason = reason or "a span's trace id is not 16 bytes, or a span id not 8"
+                    continue
+                flags = span.flags
+                start = span.start_time_unix_nano
+                end = span.end_time_unix_nano
+                kind = span.kind
+                record = SpanRecord(
+                    trace_id=int.from_bytes(trace_id, "big"),
+                    span_id=int.from_bytes(span_id, "big"),
+                    parent_id=int.from_bytes(parent, "big") if parent else None,
+                    name=span.name,
+                    start_ns=start,
+                    end_ns=end if end >= start else start,
+                    kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.INTERNAL,
+                    scope=scope,
+                    attributes=attributes_of(span.attributes),
+                    events=_events_of(span) if span.events else (),
+                    remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
+                    resource=resource_attributes,
+                )
+                received.append(Received(span, origin, record, share))
+    return received, rejected, reason
+
+
+def _events_of(span: Span) -> tuple[Event, ...]:
+    return tuple(
+        Event(event.name, cast("Attributes", attributes_of(event.attributes)), event.time_unix_nano)
+        for event in span.events
+    )
+
+
+def attributes_of(pairs: Iterable[KeyValue]) -> dict[str, object]:
+    """OTLP key-values as span attributes; values no attribute can hold (maps, bytes, empty) are left out."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        value = _python(pair.value)
+        if value is not None:
+            out[pair.key] = value
+    return out
+
+
+def _python(value: AnyValue) -> object:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "double_value":
+        return value.double_value
+    if which == "array_value":
+        items = (_python(item) for item in value.array_value.values[:_MAX_ARRAY])
+        return tuple(item for item in items if item is not None and item.__class__ is not tuple)
+    return None
+
+
+def _set_any(target: AnyValue, value: object) -> None:
+    if isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, tuple):
+        array = target.array_value
+        array.SetInParent()  # an empty tuple is an empty array, not a missing value
+        for item in value:
+            _set_any(array.values.add(), item)
+    else:
+        target.string_value = str(value)
+
+
+def annotate(span: Span, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> None:
+    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events."""
+    if attributes:
+        kept = [pair for pair in span.attributes if pair.key not in attributes]
+        if len(kept) != len(span.attributes):
+            del span.attributes[:]
+            span.attributes.extend(kept)
+        for key, value in attributes.items():
+            pair = span.attributes.add()
+            pair.key = key
+            _set_any(pair.value, value)
+    for event in events:
+        added = span.events.add()
+        added.name = event.name
+        added.time_unix_nano = event.timestamp
+        for key, value in (event.attributes or {}).items():
+            pair = added.attributes.add()
+            pair.key = key
+            _set_any(pair.value, value)
+
+
+def encode_batch(spans: Iterable[tuple[Origin, Span]]) -> ExportTraceServiceRequest:
+    """One request holding ``spans``, regrouped under the resource and scope each came with."""
+    request = ExportTraceServiceRequest()
+    by_resource: dict[int, Any] = {}
+    by_scope: dict[int, Any] = {}
+    for origin, span in spans:
+        scope_spans = by_scope.get(id(origin))
+        if scope_spans is None:
+            resource_key = id(origin.resource)
+            resource_spans = by_resource.get(resource_key)
+            if resource_spans is None:
+                resource_spans = by_resource[resource_key] = request.resource_spans.add()
+                resource_spans.resource.CopyFrom(origin.resource)
+                resource_spans.schema_url = origin.resource_schema
+            scope_spans = by_scope[id(origin)] = resource_spans.scope_spans.add()
+            scope_spans.scope.CopyFrom(origin.scope)
+            scope_spans.schema_url = origin.scope_schema
+        scope_spans.spans.append(span)
+    return request
+
+
+def hex_id(value: bytes) -> str:
+    """A trace or span id as hex, for a log line."""
+    return binascii.hexlify(value).decode("ascii")

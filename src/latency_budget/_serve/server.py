@@ -1,0 +1,210 @@
+"""The ``serve`` process: receivers, trace assembly, the judge, the forwarder and the report sinks, wired.
+
+One decider thread moves traces out of the buffer (:mod:`.assembly`) when they are
+due, judges them (:mod:`.judge`), hands the reports to the OTLP log and metric sinks and
+queues the spans for the next hop (:mod:`.forwarder`). The receivers only decode and
+buffer. :meth:`Server.drain` is the SIGTERM path: refuse new data, judge every rooted
+trace, forward the rest unjudged, flush, all within the shutdown deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from latency_budget._config.model import BudgetConfig
+from latency_budget._core.report import TraceReport
+from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
+from latency_budget._serve.forwarder import Forwarder, Sender
+from latency_budget._serve.grpc_receiver import GrpcReceiver
+from latency_budget._serve.http_receiver import HealthServer, HttpReceiver
+from latency_budget._serve.intake import Intake
+from latency_budget._serve.judge import Judge, Roots
+from latency_budget._serve.otlp import Origin, encode_batch
+from latency_budget._serve.stats import Counters, EventLog
+
+__all__ = ["ServeOptions", "Server"]
+
+ReportSink = Callable[[TraceReport], object]
+# Spans per forwarded request: large enough to amortise a call, small enough for any hop's limit.
+_BATCH_SPANS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """Where to listen and how to assemble and judge (the command line's options, parsed)."""
+
+    grpc_endpoint: str = "localhost:4317"
+    http_endpoint: str | None = "localhost:4318"
+    health_endpoint: str = "localhost:13133"
+    limits: Limits = field(default_factory=Limits)
+    roots: Roots = "trace"
+    queue_spans: int = 100_000
+    max_request_bytes: int = 16 * 1024 * 1024
+    shutdown_timeout_s: float = 10.0
+
+
+class Server:
+    """A running ``serve``: :meth:`start`, then :meth:`drain` (once)."""
+
+    def __init__(
+        self,
+        config: BudgetConfig,
+        options: ServeOptions,
+        sender: Sender,
+        *,
+        destination: str,
+        sinks: Sequence[ReportSink] = (),
+        flush_sinks: Callable[[float], bool] | None = None,
+        log: EventLog | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.counters = Counters()
+        self.log = log if log is not None else EventLog()
+        self._clock = clock
+        self._sinks = tuple(sinks)
+        self._flush = flush_sinks
+        self._buffer = TraceBuffer(options.limits, clock)
+        self._judge = Judge(config, roots=options.roots, max_spans_per_trace=options.limits.max_spans_per_trace)
+        self._forwarder = Forwarder(
+            sender, queue_spans=options.queue_spans, counters=self.counters, log=self.log, destination=destination
+        )
+        self._intake = Intake(self._buffer, self.counters, self.log, self._leave)
+        self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
+        self._stopping = threading.Event()
+        self._draining = False
+        self._decider = threading.Thread(target=self._decide_loop, name="latency-budget-decide", daemon=True)
+        self.grpc = GrpcReceiver(self._intake, options.grpc_endpoint, max_request_bytes=options.max_request_bytes)
+        self.http = (
+            HttpReceiver(self._intake, options.http_endpoint, max_request_bytes=options.max_request_bytes)
+            if options.http_endpoint is not None
+            else None
+        )
+        self.health = HealthServer(options.health_endpoint, self._health)
+
+    def start(self) -> dict[str, object]:
+        """Start serving; the ``listening`` log line's fields (the bound addresses)."""
+        self._forwarder.start()
+        self._decider.start()
+        self.grpc.start()
+        if self.http is not None:
+            self.http.start()
+        self.health.start()
+        fields: dict[str, object] = {
+            "grpc": self.grpc.address,
+            "http": self.http.address if self.http is not None else None,
+            "health": self.health.address,
+            "roots": self.options.roots,
+            "decision_wait_s": self.options.limits.decision_wait_s,
+        }
+        self.log.event("listening", always=True, **fields)
+        return fields
+
+    def drain(self) -> bool:
+        """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
+        deadline = self._clock() + self.options.shutdown_timeout_s
+        self._draining = True
+        self._intake.draining = True
+        self.log.event("draining", always=True)
+        if self.http is not None:
+            self.http.stop()
+        self.grpc.stop(min(1.0, self.options.shutdown_timeout_s / 4))
+        self._stopping.set()
+        self._decider.join(max(0.0, deadline - self._clock()))
+        with self._decide_lock:
+            self._decide(self._buffer.drain())
+        self._forwarder.close(deadline - 0.2)
+        flushed = self._flush_sinks(deadline)
+        counters = self.counters.snapshot()
+        self.log.event("shutdown", always=True, counters=counters, sinks_flushed=flushed)
+        self.health.stop()
+        return flushed and counters["spans_dropped"] == 0
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _health(self) -> tuple[bool, dict[str, object]]:
+        traces, spans, held_bytes = self._buffer.held()
+        held = {"traces": traces, "spans": spans, "bytes": held_bytes, "forward_queue_spans": self._forwarder.queued()}
+        counters = self.counters.snapshot()
+        if self._draining:
+            return False, {"status": "draining", "counters": counters, "held": held}
+        return True, {"status": "serving", "counters": counters, "held": held}
+
+    def _decide_loop(self) -> None:
+        tick = min(0.25, max(0.005, self.options.limits.decision_wait_s / 5))
+        while not self._stopping.wait(tick):
+            try:
+                with self._decide_lock:
+                    self._decide(self._buffer.due())
+            except Exception as exc:  # a bug of ours: logged, and the loop goes on
+                self.log.event("internal_error", where="decide", error=repr(exc)[:300])
+
+    def _leave(self, decided: list[Decided]) -> None:
+        """Late spans and evicted traces, on the receiving thread: forwarded as they are."""
+        for item in decided:
+            if item.outcome == "evicted":
+                self.counters.add("traces_evicted")
+                self.counters.add("spans_evicted", len(item.spans))
+                self.log.event(
+                    "trace_evicted",
+                    reason="--max-spans-per-trace",
+                    limit=self.options.limits.max_spans_per_trace,
+                )
+            else:
+                self.counters.add("spans_late", len(item.spans))
+        self._forward((received.origin, received.span) for item in decided for received in item.spans)
+
+    def _decide(self, decided: list[Decided]) -> None:
+        if not decided:
+            return
+        counters = self.counters
+        reports: list[TraceReport] = []
+        for item in decided:
+            if item.outcome != "judge":
+                counters.add("traces_forwarded_unjudged")
+                continue
+            try:
+                verdicts = self._judge.judge(item.spans)
+            except Exception as exc:  # forwarded unjudged: the worst case is a span without a verdict
+                counters.add("traces_forwarded_unjudged")
+                self.log.event("internal_error", where="judge", error=repr(exc)[:300])
+                continue
+            counters.add("traces_judged", verdicts.judged)
+            counters.add("traces_already_annotated", verdicts.already_annotated)
+            counters.add("traces_not_requests", verdicts.not_requests)
+            reports.extend(verdicts.reports)
+        unjudged = sum(1 for item in decided if item.outcome == "no_root")
+        if unjudged:
+            self.log.event("forwarded_unjudged", reason="root never arrived (--max-wait)", traces=unjudged)
+        self._forward((received.origin, received.span) for item in decided for received in item.spans)
+        for report in reports:
+            for sink in self._sinks:
+                try:
+                    sink(report)
+                except Exception as exc:
+                    counters.add("reports_failed")
+                    self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
+
+    def _forward(self, spans: Iterable[tuple[Origin, Span]]) -> None:
+        batch: list[tuple[Origin, Span]] = []
+        for pair in spans:
+            batch.append(pair)
+            if len(batch) >= _BATCH_SPANS:
+                self._forwarder.put(encode_batch(batch), len(batch))
+                batch = []
+        if batch:
+            self._forwarder.put(encode_batch(batch), len(batch))
+
+    def _flush_sinks(self, deadline: float) -> bool:
+        if self._flush is None:
+            return True
+        try:
+            return self._flush(max(0.1, deadline - self._clock()))
+        except Exception as exc:
+            self.log.event("report_flush_failed", error=repr(exc)[:300])
+            return False

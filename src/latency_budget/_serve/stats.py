@@ -1,0 +1,100 @@
+"""The server's counters (served on the health endpoint) and its one-line JSON event log."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import IO, Literal, get_args
+
+__all__ = ["COUNTERS", "Counter", "Counters", "EventLog"]
+
+Counter = Literal[
+    "requests_received",
+    "requests_refused",
+    "bad_requests",
+    "spans_received",
+    "spans_rejected",
+    "spans_late",
+    "traces_judged",
+    "traces_not_requests",
+    "traces_forwarded_unjudged",
+    "traces_already_annotated",
+    "traces_evicted",
+    "spans_evicted",
+    "spans_forwarded",
+    "spans_dropped",
+    "reports_failed",
+]
+"""Every counter, each a monotonic count since the start:
+
+- ``requests_received``, ``requests_refused`` (full: the sender is told to retry),
+  ``bad_requests`` (not an OTLP trace export, too large, wrong content type);
+- ``spans_received`` (accepted), ``spans_rejected`` (bad ids, told to the sender as a
+  partial success), ``spans_late`` (arrived after their trace was decided: forwarded as they are);
+- ``traces_judged``, ``traces_not_requests`` (the root is not a request of the budget file),
+  ``traces_forwarded_unjudged`` (the root never arrived, or shutdown came first),
+  ``traces_already_annotated`` (judged in process: forwarded untouched),
+  ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
+- ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop stayed down
+  past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised).
+"""
+
+COUNTERS: tuple[Counter, ...] = get_args(Counter)
+
+
+class Counters:
+    """Thread-safe monotonic counters."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[Counter, int] = dict.fromkeys(COUNTERS, 0)
+
+    def add(self, name: Counter, amount: int = 1) -> None:
+        if amount:
+            with self._lock:
+                self._values[name] += amount
+
+    def snapshot(self) -> dict[Counter, int]:
+        with self._lock:
+            return dict(self._values)
+
+
+class EventLog:
+    """One JSON object per line on a stream; each event name at most once per ``interval_s``.
+
+    A suppressed line is counted and reported as ``suppressed`` on the next line of the
+    same event, so a flood of bad requests costs one line a second, not one per request.
+    """
+
+    def __init__(
+        self, stream: IO[str] | None = None, *, interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._stream = stream if stream is not None else sys.stderr
+        self._interval = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def event(self, name: str, *, always: bool = False, **fields: object) -> None:
+        """Log ``name`` with ``fields`` (JSON values), unless the same event was logged within the interval."""
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(name)
+            if not always and last is not None and now - last < self._interval:
+                self._suppressed[name] = self._suppressed.get(name, 0) + 1
+                return
+            self._last[name] = now
+            suppressed = self._suppressed.pop(name, 0)
+            line: dict[str, object] = {"event": name, **fields}
+            if suppressed:
+                line["suppressed"] = suppressed
+            text = json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
+            try:
+                self._stream.write(text + "\n")
+                self._stream.flush()
+            except (OSError, ValueError):
+                pass
