@@ -582,6 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row["bytes_per_open_trace"] = open_trace_memory(case, requests, args.traces, env)
             if "scaling" in only:
                 row["tier"] = [tier_throughput(requests, spans, n, env) for n in (1, 2)]
+            row["load_average"] = os.getloadavg()[0]  # the machine's 1-minute load when the case ended
             results[case] = row
             print(f"{CASE_NAMES[case]}: {json.dumps(row)}", file=sys.stderr)
     if args.json:
@@ -595,7 +596,7 @@ def render(results: dict[str, Any]) -> str:
     """The results as lines for people."""
     lines = []
     for case, row in results.items():
-        lines.append(f"{CASE_NAMES[case]}, {row['spans']:,} spans")
+        lines.append(f"{CASE_NAMES[case]}, {row['spans']:,} spans (load average {row['load_average']:.1f})")
         for who, label in (("serve", "serve"), ("collector", "Collector, tail sampling")):
             if who in row:
                 run = row[who]
