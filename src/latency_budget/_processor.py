@@ -285,6 +285,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         attributes: Mapping[str, Any],
     ) -> None:
         config = self._config
+        if config.resource_keys:  # rules that read the resource: settled for this provider's, once
+            config = config.for_resource(span.resource.attributes)
         if config.requests is not None and not config.is_request(name, kind, scope, attributes):
             # Not a request: its spans find no account and pass through untouched. Only
             # when its trace has one here already (a request that called this process

@@ -23,6 +23,8 @@ from typing import Any
 import grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan
 from opentelemetry.sdk.resources import Resource
@@ -36,6 +38,7 @@ from latency_budget._config.model import BudgetConfig
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.forwarder import open_sender
 from latency_budget._serve.otlp import attributes_of
+from latency_budget._serve.reports import open_report_sinks
 from latency_budget._serve.server import ServeOptions, Server
 from latency_budget._serve.stats import EventLog
 from latency_budget.export._otlp import otlp_target
@@ -54,8 +57,8 @@ def at(ms: float) -> int:
 class SequentialIds(IdGenerator):
     """Ids 1, 2, 3... from ``first``: two recordings of one trace get the same ids."""
 
-    def __init__(self, first_trace: int = 1) -> None:
-        self._span = 0
+    def __init__(self, first_trace: int = 1, first_span: int = 1) -> None:
+        self._span = first_span - 1
         self._trace = first_trace - 1
 
     def generate_span_id(self) -> int:
@@ -73,12 +76,13 @@ def record(
     service: str = "agent",
     processor: Callable[[SpanProcessor], SpanProcessor] | None = None,
     first_trace: int = 1,
+    first_span: int = 1,
 ) -> list[ReadableSpan]:
     """The spans ``build`` makes on a real provider (through ``processor`` when given), in the order they ended."""
     exporter = InMemorySpanExporter()
     downstream: SpanProcessor = SimpleSpanProcessor(exporter)
     provider = TracerProvider(
-        resource=Resource.create({"service.name": service}), id_generator=SequentialIds(first_trace)
+        resource=Resource.create({"service.name": service}), id_generator=SequentialIds(first_trace, first_span)
     )
     provider.add_span_processor(processor(downstream) if processor is not None else downstream)
     build(provider.get_tracer("tests.serve"))
@@ -114,12 +118,34 @@ class _Collecting(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+class _CollectingLogs(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self, hop: NextHop) -> None:
+        self._hop = hop
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self._hop.lock:
+            self._hop.log_requests.append(request)
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
+class _CollectingMetrics(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, hop: NextHop) -> None:
+        self._hop = hop
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self._hop.lock:
+            self._hop.metric_requests.append(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
 class NextHop:
-    """A real OTLP/gRPC trace receiver that keeps every request; can be stopped and started on its port."""
+    """A real OTLP/gRPC receiver of traces, logs and metrics that keeps every request; stops and starts on its port."""
 
     def __init__(self, port: int = 0) -> None:
         self.lock = threading.Lock()
         self.requests: list[Any] = []
+        self.log_requests: list[Any] = []
+        self.metric_requests: list[Any] = []
         self.port = port
         self._server: grpc.Server | None = None
         self.start()
@@ -131,6 +157,8 @@ class NextHop:
     def start(self) -> None:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Collecting(self), server)
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_CollectingLogs(self), server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_CollectingMetrics(self), server)
         self.port = server.add_insecure_port(f"127.0.0.1:{self.port}")
         server.start()
         self._server = server
@@ -188,9 +216,10 @@ def running(
     *,
     limits: Limits | None = None,
     drain: bool = True,
+    reports: bool = False,
     **options: Any,
 ) -> Iterator[Running]:
-    """A started server forwarding to ``next_hop_url``; drained when the block ends."""
+    """A started server forwarding to ``next_hop_url`` (with ``reports``, its logs and metrics too); drained after."""
     log = io.StringIO()
     settings = ServeOptions(
         grpc_endpoint="127.0.0.1:0",
@@ -200,7 +229,16 @@ def running(
         **options,
     )
     target = otlp_target(next_hop_url, "grpc", strict=True)
-    server = Server(config, settings, open_sender(target), destination=next_hop_url, log=EventLog(log))
+    sinks, flush = open_report_sinks(target) if reports else ([], None)
+    server = Server(
+        config,
+        settings,
+        open_sender(target),
+        destination=next_hop_url,
+        log=EventLog(log),
+        sinks=sinks,
+        flush_sinks=flush,
+    )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)
     try:

@@ -165,8 +165,9 @@ class BudgetConfig:
 
         Itself when no rule reads the resource. Otherwise a config whose rules that
         ``resource`` satisfies lose their resource conditions and whose other such rules
-        are gone (a profile's ``when`` then never holds); the stages, their order and the
-        budgets are the same objects, so spans of several resources add up in one trace.
+        are gone (a profile's ``when`` then never holds); the stages keep their names and
+        order and the budgets are the same objects, so spans of several resources add up in
+        one trace.
         Resolved once per distinct value of the keys read (at most 1,024 kept).
         """
         keys = self.resource_keys
@@ -232,7 +233,9 @@ def _resolve(config: BudgetConfig, resource: Mapping[str, object]) -> BudgetConf
     def kept(rules: tuple[MatchRule, ...]) -> tuple[MatchRule, ...]:
         return tuple(found for rule in rules if (found := rule.resolved(resource)) is not None)
 
-    stages = tuple(replace(stage, rules=kept(stage.rules)) for stage in config.stages)
+    stages = tuple(
+        stage if (rules := kept(stage.rules)) == stage.rules else replace(stage, rules=rules) for stage in config.stages
+    )
     profiles = tuple(
         replace(profile, when=profile.when.resolved(resource) or MatchRule(name=_NEVER)) for profile in config.profiles
     )

@@ -94,7 +94,11 @@ class TraceBuffer:
         leaving: list[Decided] = []
         with self._lock:
             open_traces, decided = self._open, self._decided
-            new_ids = {item.record.trace_id for item in spans} - open_traces.keys() - decided.keys()
+            new_ids = {
+                trace_id
+                for trace_id in {item.record.trace_id for item in spans}
+                if trace_id not in open_traces and trace_id not in decided
+            }
             if open_traces and len(open_traces) + len(new_ids) > limits.max_traces:
                 return Refused(f"{len(open_traces)} traces open (--max-traces {limits.max_traces})", _retry(limits)), []
             if self._bytes and self._bytes + size > limits.max_bytes:

@@ -35,12 +35,19 @@ class Intake:
     """Takes decoded requests into the trace buffer; thread-safe (every receiver thread calls it)."""
 
     def __init__(
-        self, buffer: TraceBuffer, counters: Counters, log: EventLog, leave: Callable[[list[Decided]], None]
+        self,
+        buffer: TraceBuffer,
+        counters: Counters,
+        log: EventLog,
+        leave: Callable[[list[Decided]], None],
+        *,
+        wanted: frozenset[str] | None = None,
     ) -> None:
         self._buffer = buffer
         self._counters = counters
         self._log = log
         self._leave = leave  # spans that leave at once: late spans, evicted traces
+        self._wanted = wanted  # see decode_request
         self.draining = False
 
     def bad(self, message: str, *, protocol: str) -> Answer:
@@ -56,7 +63,7 @@ class Intake:
         if self.draining:
             counters.add("requests_refused")
             return Answer("draining", "shutting down", retry_after_s=1.0)
-        spans, rejected, reason = decode_request(request, size)
+        spans, rejected, reason = decode_request(request, size, wanted=self._wanted)
         if rejected:
             counters.add("spans_rejected", rejected)
             self._log.event("spans_rejected", protocol=protocol, spans=rejected, reason=reason)

@@ -92,7 +92,7 @@ class Judge:
             )
             if judged.stage >= 0:  # in process the root carries its stage label from its start
                 extra = {**state.budgets.stages[judged.stage].label, **extra}
-            annotate(item.span, extra, events)
+            annotate(item.span, extra, events, present=record.attributes.keys())
             verdicts.reports.append(report)
             verdicts.judged += 1
         return verdicts

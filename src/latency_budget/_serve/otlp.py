@@ -11,12 +11,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, InstrumentationScope, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
@@ -41,6 +42,7 @@ __all__ = [
 _KINDS = (SpanKind.INTERNAL, SpanKind.INTERNAL, SpanKind.SERVER, SpanKind.CLIENT, SpanKind.PRODUCER, SpanKind.CONSUMER)
 _HAS_IS_REMOTE = 0x100  # SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK
 _IS_REMOTE = 0x200  # SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK
+_NOTHING: Mapping[str, object] = MappingProxyType({})
 # Array attribute values keep at most this many items for the matchers (the span keeps all).
 _MAX_ARRAY = 128
 
@@ -143,12 +145,17 @@ def _ids_to_base64(item: object, keys: Sequence[str]) -> None:
                 raise BadRequest(f"{key}: expected a hex id, got {value[:40]!r}") from None
 
 
-def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tuple[list[Received], int, str]:
+def decode_request(
+    request: ExportTraceServiceRequest, request_bytes: int, *, wanted: frozenset[str] | None = None
+) -> tuple[list[Received], int, str]:
     """The spans of ``request``, and how many were rejected and why (the first reason).
 
     A span with a trace id that is not 16 bytes or a span id that is not 8 is rejected
     (it cannot be grouped or forwarded meaningfully); the others are kept whatever they
     hold. Each span's share of ``request_bytes`` is what it counts for in the bounds.
+    With ``wanted`` (the keys without one of which no rule can match a span), a span
+    that has a parent and none of those keys gets no attributes or events in its record:
+    nothing would read them (decoding every attribute is most of the cost of a span).
     """
     total = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
     share = request_bytes // total + 1 if total else 0
@@ -169,6 +176,13 @@ def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tu
                     rejected += 1
                     reason = reason or "a span's trace id is not 16 bytes, or a span id not 8"
                     continue
+                pairs = span.attributes
+                attributes: Mapping[str, object]
+                if wanted is None or not parent or not wanted.isdisjoint([pair.key for pair in pairs]):
+                    attributes = attributes_of(pairs)
+                    events = _events_of(span) if span.events else ()
+                else:  # judged as a span of no stage: its attributes are never read
+                    attributes, events = _NOTHING, ()
                 flags = span.flags
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
@@ -182,8 +196,8 @@ def decode_request(request: ExportTraceServiceRequest, request_bytes: int) -> tu
                     end_ns=end if end >= start else start,
                     kind=_KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.INTERNAL,
                     scope=scope,
-                    attributes=attributes_of(span.attributes),
-                    events=_events_of(span) if span.events else (),
+                    attributes=attributes,
+                    events=events,
                     remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
                     resource=resource_attributes,
                 )
@@ -224,43 +238,46 @@ def _python(value: AnyValue) -> object:
     return None
 
 
-def _set_any(target: AnyValue, value: object) -> None:
-    if isinstance(value, bool):
-        target.bool_value = value
-    elif isinstance(value, int):
-        target.int_value = value
-    elif isinstance(value, float):
-        target.double_value = value
-    elif isinstance(value, str):
-        target.string_value = value
-    elif isinstance(value, tuple):
-        array = target.array_value
-        array.SetInParent()  # an empty tuple is an empty array, not a missing value
-        for item in value:
-            _set_any(array.values.add(), item)
-    else:
-        target.string_value = str(value)
+def _any(value: object) -> AnyValue:
+    """An attribute value (as the contract writes them: str, bool, int, float, tuples of them) as an ``AnyValue``."""
+    kind = value.__class__
+    if kind is str:
+        return AnyValue(string_value=value)  # type: ignore[arg-type]
+    if kind is float:
+        return AnyValue(double_value=value)  # type: ignore[arg-type]
+    if kind is bool:
+        return AnyValue(bool_value=value)  # type: ignore[arg-type]
+    if kind is int:
+        return AnyValue(int_value=value)  # type: ignore[arg-type]
+    if isinstance(value, tuple):
+        return AnyValue(array_value=ArrayValue(values=[_any(item) for item in value]))
+    return AnyValue(string_value=str(value))
 
 
-def annotate(span: Span, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> None:
-    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events."""
+def annotate(
+    span: Span, attributes: Mapping[str, object], events: Sequence[Event] = (), *, present: Collection[str] = ()
+) -> None:
+    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events.
+
+    ``present`` holds the keys of the span's decoded attributes: when it covers every pair
+    of the span and none of them is among ``attributes``, the span's own pairs are not read.
+    """
     if attributes:
-        kept = [pair for pair in span.attributes if pair.key not in attributes]
-        if len(kept) != len(span.attributes):
-            del span.attributes[:]
-            span.attributes.extend(kept)
-        for key, value in attributes.items():
-            pair = span.attributes.add()
-            pair.key = key
-            _set_any(pair.value, value)
+        pairs = span.attributes
+        if len(present) != len(pairs) or not attributes.keys().isdisjoint(present):
+            kept = [pair for pair in pairs if pair.key not in attributes]
+            if len(kept) != len(pairs):
+                del pairs[:]
+                pairs.extend(kept)
+        pairs.extend([KeyValue(key=key, value=_any(value)) for key, value in attributes.items()])
     for event in events:
-        added = span.events.add()
-        added.name = event.name
-        added.time_unix_nano = event.timestamp
-        for key, value in (event.attributes or {}).items():
-            pair = added.attributes.add()
-            pair.key = key
-            _set_any(pair.value, value)
+        span.events.append(
+            Span.Event(
+                name=event.name,
+                time_unix_nano=event.timestamp,
+                attributes=[KeyValue(key=key, value=_any(value)) for key, value in (event.attributes or {}).items()],
+            )
+        )
 
 
 def encode_batch(spans: Iterable[tuple[Origin, Span]]) -> ExportTraceServiceRequest:

@@ -23,6 +23,7 @@ from latency_budget._core.report import TraceReport
 from latency_budget.export._otlp import OtlpTarget
 from latency_budget.export.logs import HintLogEmitter, ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
+from latency_budget.export.setup import shutdown_within
 
 __all__ = ["DEFAULT_SERVICE_NAME", "open_report_sinks"]
 
@@ -47,12 +48,12 @@ def open_report_sinks(
     ]
 
     def flush(timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
-        logs_done = logger_provider.force_flush(int(timeout_s * 1000))
-        left = max(0.1, deadline - time.monotonic())
-        metrics_done = meter_provider.force_flush(int(left * 1000))
-        logger_provider.shutdown()
-        meter_provider.shutdown(timeout_millis=max(100.0, (deadline - time.monotonic()) * 1000))
-        return bool(logs_done and metrics_done)
+        # Both at once, on daemon threads: an unreachable endpoint costs the deadline once,
+        # and never holds the process past it (what is unsent then is dropped).
+        jobs: list[tuple[str, Callable[[], object]]] = [
+            ("logs", logger_provider.shutdown),
+            ("metrics", lambda: meter_provider.shutdown(timeout_millis=timeout_s * 1000)),
+        ]
+        return not shutdown_within(jobs, time.monotonic() + timeout_s)
 
     return sinks, flush

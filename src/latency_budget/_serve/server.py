@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
@@ -74,7 +75,7 @@ class Server:
         self._forwarder = Forwarder(
             sender, queue_spans=options.queue_spans, counters=self.counters, log=self.log, destination=destination
         )
-        self._intake = Intake(self._buffer, self.counters, self.log, self._leave)
+        self._intake = Intake(self._buffer, self.counters, self.log, self._leave, wanted=_wanted_keys(config, options))
         self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
         self._stopping = threading.Event()
         self._draining = False
@@ -121,7 +122,7 @@ class Server:
         self._forwarder.close(deadline - 0.2)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
-        self.log.event("shutdown", always=True, counters=counters, sinks_flushed=flushed)
+        self.log.event("shutdown", always=True, counters=counters, reports_done_in_time=flushed)
         self.health.stop()
         return flushed and counters["spans_dropped"] == 0
 
@@ -208,3 +209,15 @@ class Server:
         except Exception as exc:
             self.log.event("report_flush_failed", error=repr(exc)[:300])
             return False
+
+
+def _wanted_keys(config: BudgetConfig, options: ServeOptions) -> frozenset[str] | None:
+    """The attribute keys a non-root span needs for any rule to match it, or None: decode every span whole.
+
+    Whole traces only: with ``--roots local`` any span may be a local root, whose every
+    attribute the ``requests`` and profile rules may read.
+    """
+    gate = config.classifier.late_gate
+    if gate is None or options.roots != "trace":
+        return None
+    return gate | {attr.STAGE, attr.VERDICT}

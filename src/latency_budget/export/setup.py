@@ -12,7 +12,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry import metrics as metrics_api
@@ -74,10 +74,7 @@ class Telemetry:
             if self.meter_provider is not None:
                 meters = self.meter_provider
                 jobs.append(("metrics", lambda: meters.shutdown(timeout_millis=millis)))
-            threads = [(name, _start_shutdown(name, job)) for name, job in jobs]
-            for _, thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-            late = [name for name, thread in threads if thread.is_alive()]
+            late = shutdown_within(jobs, deadline)
             if late:
                 logger.warning(
                     "latency_budget: shutdown reached its %g s deadline with %s still exporting; "
@@ -87,6 +84,17 @@ class Telemetry:
                 )
             self._outcome.append(not late)
             return not late
+
+
+def shutdown_within(jobs: Sequence[tuple[str, Callable[[], object]]], deadline: float) -> list[str]:
+    """Run the ``(name, shutdown)`` jobs at once, each on a daemon thread; the names still running at ``deadline``.
+
+    ``deadline`` is a ``time.monotonic()`` instant. A job that raises is logged and counts as done.
+    """
+    threads = [(name, _start_shutdown(name, job)) for name, job in jobs]
+    for _, thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [name for name, thread in threads if thread.is_alive()]
 
 
 def _start_shutdown(name: str, job: Callable[[], object]) -> threading.Thread:

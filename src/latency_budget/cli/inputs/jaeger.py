@@ -85,6 +85,17 @@ def spans_from_jaeger(document: Mapping[str, Any], where: str) -> list[ParsedSpa
     return found
 
 
+def _resource(process: object, where: str, path: str) -> dict[str, Any]:
+    """A Jaeger process as the resource it came from: its tags, and its service name as ``service.name``."""
+    if not isinstance(process, dict):
+        return {}
+    resource = _tags(process.get("tags"), where, f"{path}.process.tags")
+    service = process.get("serviceName")
+    if isinstance(service, str):
+        resource["service.name"] = service
+    return resource
+
+
 def _span(span: object, processes: Mapping[str, Any], where: str, path: str) -> ParsedSpan:
     if not isinstance(span, dict):
         raise TraceInputError(f"{where}: {path}: expected a span object")
@@ -134,6 +145,7 @@ def _span(span: object, processes: Mapping[str, Any], where: str, path: str) -> 
         scope=scope,
         attributes={key: value for key, value in tags.items() if key not in _DERIVED_TAGS},
         events=tuple(events),
+        resource=_resource(process, where, path),
     )
     return ParsedSpan(
         record, json.dumps(process, sort_keys=True, default=str), remote_known=False, where=f"{where}: {path}"

@@ -60,9 +60,8 @@ def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]
     for r, resource_spans in enumerate(reader.items(document, "resourceSpans", "")):
         rpath = f"resourceSpans[{r}]"
         resource = reader.mapping(resource_spans.get("resource", {}), f"{rpath}.resource")
-        process = json.dumps(
-            reader.attributes(resource.get("attributes"), f"{rpath}.resource.attributes"), sort_keys=True, default=str
-        )
+        resource_attributes = reader.attributes(resource.get("attributes"), f"{rpath}.resource.attributes")
+        process = json.dumps(resource_attributes, sort_keys=True, default=str)
         scope_key = "scopeSpans" if "scopeSpans" in resource_spans else "instrumentationLibrarySpans"
         for s, scope_spans in enumerate(reader.items(resource_spans, scope_key, rpath)):
             spath = f"{rpath}.{scope_key}[{s}]"
@@ -71,7 +70,7 @@ def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]
             if not isinstance(scope_name, str):
                 raise TraceInputError(f"{where}: {spath}.scope.name: expected a string, got {show(scope_name)}")
             for n, span in enumerate(reader.items(scope_spans, "spans", spath)):
-                found.append(reader.span(span, f"{spath}.spans[{n}]", scope_name, process))
+                found.append(reader.span(span, f"{spath}.spans[{n}]", scope_name, process, resource_attributes))
     return found
 
 
@@ -106,7 +105,9 @@ class _Reader:
             raise self.fail(f"{path}.{key}", "missing (a span needs its start and end time)")
         raise self.fail(f"{path}.{key}", f"expected nanoseconds since the epoch, got {show(value)}")
 
-    def span(self, span: Mapping[str, Any], path: str, scope: str, process: str) -> ParsedSpan:
+    def span(
+        self, span: Mapping[str, Any], path: str, scope: str, process: str, resource: Mapping[str, Any]
+    ) -> ParsedSpan:
         where = self.where
         trace_id = parse_id(span.get("traceId"), 16, where, f"{path}.traceId", exact=True)
         span_id = parse_id(span.get("spanId"), 8, where, f"{path}.spanId", exact=True)
@@ -142,6 +143,7 @@ class _Reader:
             attributes=self.attributes(span.get("attributes"), f"{path}.attributes"),
             events=events,
             remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
+            resource=resource,
         )
         return ParsedSpan(record, process, remote_known=bool(flags & _HAS_IS_REMOTE), where=f"{where}: {path}")
 
