@@ -213,8 +213,8 @@ def agent(tier: Tier, service_name: str) -> Iterator[Agent]:
         agent.shutdown()
 
 
-def _judged(serves: list[ServeService], before: int = 0) -> int:
-    return before + sum(serve.counters()["traces_judged"] for serve in serves)
+def _judged(serves: list[ServeService]) -> int:
+    return sum(serve.counters()["traces_judged"] for serve in serves)
 
 
 def _stored(jaeger: JaegerService, sent: list[Sent]) -> dict[str, dict[str, Any]] | None:
