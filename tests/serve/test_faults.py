@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
+from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
@@ -59,6 +59,9 @@ def test_full_refuses_with_retry_info_over_grpc_and_429_over_http(hop: NextHop) 
         trailers = dict(refused.value.trailing_metadata())
         retry = error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
         assert retry.retry_delay.seconds >= 1
+        status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])  # what the Collector reads
+        assert status.details[0].Unpack(detail := error_details_pb2.RetryInfo())
+        assert detail.retry_delay == retry.retry_delay
         status, headers, _ = _post(serve.http_url, _request(3).SerializeToString(), "application/x-protobuf")
         assert status == 429
         assert int(headers["Retry-After"]) >= 1

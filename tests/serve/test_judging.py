@@ -264,3 +264,14 @@ def test_violations_go_out_as_otlp_logs_and_budget_metrics(hop: NextHop) -> None
         for m in sm.metrics
     }
     assert {"latency_budget.stage.duration", "latency_budget.violations"} <= names
+
+
+def test_roots_local_judges_a_service_whose_request_root_never_came(hop: NextHop) -> None:
+    """With --roots local, a service's local root is judged at --max-wait even though the trace's root never came."""
+    _, retrieval_spans = _two_services(retrieval_processor=False)
+    limits = Limits(decision_wait_s=0.05, max_wait_s=0.3)
+    with running(BUDGETS, hop.url, roots="local", limits=limits) as serve:
+        assert send_grpc(retrieval_spans, serve.grpc_endpoint).name == "SUCCESS"
+        counters = serve.wait_for(lambda c: c["spans_forwarded"] == 2, "2 spans forwarded")
+    assert counters["traces_judged"] == 1
+    assert counters["traces_forwarded_unjudged"] == 0

@@ -165,8 +165,10 @@ class Server:
             return
         counters = self.counters
         reports: list[TraceReport] = []
+        # With --roots local a trace whose root never came still has its services' local roots.
+        local = self.options.roots == "local"
         for item in decided:
-            if item.outcome != "judge":
+            if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
                 continue
             try:
@@ -175,6 +177,8 @@ class Server:
                 counters.add("traces_forwarded_unjudged")
                 self.log.event("internal_error", where="judge", error=repr(exc)[:300])
                 continue
+            if item.outcome != "judge" and not verdicts.judged:
+                counters.add("traces_forwarded_unjudged")
             counters.add("traces_judged", verdicts.judged)
             counters.add("traces_already_annotated", verdicts.already_annotated)
             counters.add("traces_not_requests", verdicts.not_requests)
