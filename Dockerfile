@@ -1,5 +1,6 @@
-# Image for the `demo` and `rules` services of docker-compose.yml: installs this package and
-# runs `latency-budget demo`, which sends example AI-request traces to an OTLP endpoint.
+# Image for the `demo` and `rules` services of docker-compose.yml, and for the `serve-0` and
+# `serve-1` services of its "tier" profile: installs this package and by default runs
+# `latency-budget demo`, which sends example AI-request traces to an OTLP endpoint.
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \

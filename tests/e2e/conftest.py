@@ -19,6 +19,8 @@ Fixtures:
     private_collector
                     CollectorService: a collector of the test's own (keeps every trace), for
                     tests that stop and restart it; stopped after the test.
+    attach_log      Callable[[ManagedProcess], None]: attaches the log of a process the test
+                    starts itself to the report, should the test fail.
     service_name    str: a service.name unique to the test, so that searches in the shared
                     Jaeger and the shared Prometheus endpoint see only the test's own data.
     prometheus_binary
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,20 @@ def pytest_runtest_makereport(
         for process in _started:
             report.sections.append((f"{process.name} log", process.log_tail()))
     return report
+
+
+@pytest.fixture
+def attach_log() -> Iterator[Callable[[ManagedProcess], None]]:
+    """Call it with a process the test starts itself, to have its log attached should the test fail."""
+    attached: list[ManagedProcess] = []
+
+    def attach(process: ManagedProcess) -> None:
+        attached.append(process)
+        _started.append(process)
+
+    yield attach
+    for process in attached:
+        _started.remove(process)
 
 
 @pytest.fixture(scope="session")

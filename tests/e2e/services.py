@@ -1,11 +1,13 @@
-"""Run the real OpenTelemetry Collector, Jaeger v2 and Prometheus on free loopback ports for e2e tests.
+"""Run the real Collector, Jaeger v2, Prometheus, `latency-budget serve` and Node on free loopback ports for e2e tests.
 
 The Collector and Jaeger come from ``scripts/build-tools`` (``$LATENCY_BUDGET_TOOLS_DIR/bin``,
 default ``<repo>/.tools/bin``), Prometheus from Debian's ``prometheus`` package. The
 collector runs the repository's own ``collector-config.yaml`` and Jaeger the repository's
 ``jaeger-config.yaml``; only the environment variables those files read are set here (ports,
 file paths, sampling knobs). Prometheus gets a config of the test's own: one scrape target
-and one rules file.
+and one rules file. The collector tier runs ``collector-tier.yaml``, ``latency-budget serve``
+is this checkout's package (``python -m latency_budget``), and the retrieval service of
+``tests/e2e/node`` runs on the ``node`` found on PATH.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 REPO_DIR = Path(__file__).resolve().parents[2]
+NODE_SERVICE_DIR = Path(__file__).resolve().parent / "node"
 COLLECTOR_CONFIG = REPO_DIR / "collector-config.yaml"
+COLLECTOR_TIER_CONFIG = REPO_DIR / "collector-tier.yaml"
 JAEGER_CONFIG = REPO_DIR / "jaeger-config.yaml"
 JAEGER_UI_CONFIG = REPO_DIR / "jaeger-ui.json"
 OTELCOL_BINARY_NAME = "otelcol-latency-budget"
@@ -175,8 +179,11 @@ class ManagedProcess:
         except TimeoutError as error:
             raise ServiceError(f"{error}\n{self.log_tail()}") from None
 
-    def stop(self, *, timeout: float = SHUTDOWN_TIMEOUT_S) -> None:
-        """Stop the process gracefully (SIGTERM), killing it if it does not exit in time."""
+    def stop(self, *, timeout: float = SHUTDOWN_TIMEOUT_S) -> int | None:
+        """Stop the process gracefully (SIGTERM), killing it if it does not exit in time.
+
+        Returns its exit code (negative: killed by that signal), None if it was not started.
+        """
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -188,6 +195,7 @@ class ManagedProcess:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        return None if process is None else process.returncode
 
     @property
     def returncode(self) -> int | None:
@@ -425,3 +433,130 @@ def start_prometheus(
     )
     process.start()
     return PrometheusService(process=process, url=url)
+
+
+@dataclass
+class TierCollectorService:
+    """The collector running collector-tier.yaml (load-balancing to serve instances); endpoints on 127.0.0.1."""
+
+    process: ManagedProcess
+    otlp_grpc_endpoint: str  # http://host:port, for OTLP gRPC exporters
+    otlp_http_endpoint: str  # http://host:port, for OTLP HTTP exporters (+ /v1/traces)
+    telemetry_url: str  # http://host:port/metrics: the collector's own metrics
+
+
+def start_tier_collector(
+    tools: Tools,
+    work_dir: Path,
+    *,
+    backends: list[str],
+    extra_env: Mapping[str, str] | None = None,
+) -> TierCollectorService:
+    """Start the collector with collector-tier.yaml on free loopback ports, routing to ``backends`` (host:port)."""
+    otlp_grpc, otlp_http, health, metrics = free_ports(4)
+    env = {
+        "OTELCOL_OTLP_GRPC_ENDPOINT": f"{LOOPBACK}:{otlp_grpc}",
+        "OTELCOL_OTLP_HTTP_ENDPOINT": f"{LOOPBACK}:{otlp_http}",
+        "OTELCOL_HEALTH_CHECK_ENDPOINT": f"{LOOPBACK}:{health}",
+        "OTELCOL_TELEMETRY_METRICS_HOST": LOOPBACK,
+        "OTELCOL_TELEMETRY_METRICS_PORT": str(metrics),
+        "OTELCOL_TIER_BACKENDS": json.dumps(backends),  # a JSON list is a YAML list
+        **(extra_env or {}),
+    }
+    process = ManagedProcess(
+        name="otelcol-tier",
+        argv=[str(tools.otelcol), "--config", str(COLLECTOR_TIER_CONFIG)],
+        env=env,
+        log_path=work_dir / "otelcol-tier.log",
+        health_url=f"http://{LOOPBACK}:{health}/",
+    )
+    process.start()
+    return TierCollectorService(
+        process=process,
+        otlp_grpc_endpoint=f"http://{LOOPBACK}:{otlp_grpc}",
+        otlp_http_endpoint=f"http://{LOOPBACK}:{otlp_http}",
+        telemetry_url=f"http://{LOOPBACK}:{metrics}/metrics",
+    )
+
+
+@dataclass
+class ServeService:
+    """One `latency-budget serve` process (this checkout's package); its ports stay the same across restarts."""
+
+    process: ManagedProcess
+    grpc_endpoint: str  # host:port, what the tier collector sends to
+    health_url: str
+
+    def counters(self) -> dict[str, int]:
+        """The counters of GET /health; raises ServiceError when it does not answer 200."""
+        status, body = http_get(self.health_url)
+        if status != 200:
+            raise ServiceError(f"{self.process.name} /health answered {status}: {body[:500]!r}")
+        return {str(key): int(value) for key, value in json.loads(body)["counters"].items()}
+
+
+def start_serve(
+    work_dir: Path,
+    *,
+    name: str,
+    budgets: Path,
+    forward_endpoint: str,
+    args: list[str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> ServeService:
+    """Start ``python -m latency_budget serve`` on free loopback ports (OTLP/gRPC and health only)."""
+    grpc, health = free_ports(2)
+    argv = [
+        sys.executable,
+        "-m",
+        "latency_budget",
+        "serve",
+        "--budgets",
+        str(budgets),
+        "--grpc-endpoint",
+        f"{LOOPBACK}:{grpc}",
+        "--http-endpoint",
+        "none",
+        "--health-endpoint",
+        f"{LOOPBACK}:{health}",
+        "--forward-endpoint",
+        forward_endpoint,
+        *(args or []),
+    ]
+    health_url = f"http://{LOOPBACK}:{health}/health"
+    process = ManagedProcess(
+        name=name, argv=argv, env=dict(extra_env or {}), log_path=work_dir / f"{name}.log", health_url=health_url
+    )
+    process.start()
+    return ServeService(process=process, grpc_endpoint=f"{LOOPBACK}:{grpc}", health_url=health_url)
+
+
+@dataclass
+class NodeService:
+    """tests/e2e/node/retrieval-service.js on Node: its own OpenTelemetry SDK exporting OTLP/HTTP."""
+
+    process: ManagedProcess
+    url: str  # http://host:port
+
+
+def start_retrieval_service(node: str, work_dir: Path, *, otlp_http_endpoint: str, service_name: str) -> NodeService:
+    """Start the Node retrieval service on a free loopback port, exporting its spans to ``otlp_http_endpoint``."""
+    (port,) = free_ports(1)
+    url = f"http://{LOOPBACK}:{port}"
+    env = {
+        "RETRIEVAL_SERVICE_PORT": str(port),
+        "OTEL_SERVICE_NAME": service_name,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_http_endpoint,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+    }
+    process = ManagedProcess(
+        name="retrieval-service (node)",
+        argv=[node, str(NODE_SERVICE_DIR / "retrieval-service.js")],
+        env=env,
+        log_path=work_dir / "retrieval-service.log",
+        health_url=f"{url}/health",
+    )
+    process.start()
+    return NodeService(process=process, url=url)
