@@ -31,7 +31,8 @@ Five levers are read from the calls' attributes (sequential calls and iterations
 Every saving is a wall-clock saving of the stage (overlapping calls count once, see
 :func:`~latency_budget._core.estimators.shrunk_saving_ns`), capped at the stage's time
 in the request and, for total-time levers, at its critical-path time. A lever that would
-save less than :data:`MIN_SAVING_MS` in a request is left out.
+save less than the profile's ``hints.min_saving_ms`` in a request is left out, as the
+hints read from the trace's shape are.
 """
 
 from __future__ import annotations
@@ -40,15 +41,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.call_facts import Call
 from latency_budget._core.estimators import MAX_FIT_POINTS, Fit, median, shrunk_saving_ns, theil_sen
+from latency_budget._core.kinds import LEVER_KINDS, LeverKind
 from latency_budget._core.report import TraceReport
 
 __all__ = [
     "LEVER_KINDS",
     "MIN_MODEL_CALLS",
     "MIN_RATE_CALLS",
-    "MIN_SAVING_MS",
     "MIN_STREAMED",
     "Baseline",
     "Finding",
@@ -59,13 +61,10 @@ __all__ = [
     "summarise",
 ]
 
-LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length"]
-LEVER_KINDS: tuple[LeverKind, ...] = ("streaming", "cache", "model_choice", "context_size", "output_length")
 
 MIN_STREAMED = 3  # streamed calls of a model before its first token is a basis for the streaming lever
 MIN_MODEL_CALLS = 10  # calls of each model before two are compared
 MIN_RATE_CALLS = 5  # streamed calls with output tokens before a time per output token is taken from them
-MIN_SAVING_MS = 1.0  # a lever that would save less than this in a request is not worth a hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +238,28 @@ class Finding:
     span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
 
 
-def request_levers(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
-    """The levers that apply to one request: its calls (start order) and its report, against ``baseline``."""
+def request_levers(
+    calls: Sequence[Call],
+    report: TraceReport,
+    baseline: Baseline,
+    *,
+    min_saving_ms: float = DEFAULT_MIN_SAVING_MS,
+    left_out: list[Finding] | None = None,
+) -> list[Finding]:
+    """The levers that apply to one request: its calls (start order) and its report, against ``baseline``.
+
+    A finding whose estimated saving is below ``min_saving_ms`` (the profile's
+    ``hints.min_saving_ms``) is left out, and appended to ``left_out`` when given.
+    A finding without an estimate (``saving_ms`` ``None``) is kept.
+    """
+    found = _findings(calls, report, baseline)
+    kept = [f for f in found if f.saving_ms is None or f.saving_ms >= min_saving_ms]
+    if left_out is not None and len(kept) < len(found):
+        left_out.extend(f for f in found if f.saving_ms is not None and f.saving_ms < min_saving_ms)
+    return kept
+
+
+def _findings(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
     # Only stages with a model call or a call with arguments can have a lever: most spans of
     # most stages have neither, and a root's end should not pay for them.
     by_stage: dict[str, list[Call]] = {}
@@ -313,7 +332,7 @@ def _streaming(
         return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
     duration = call.duration_ns / 1e6
     saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
-    if saving < MIN_SAVING_MS:  # not shorter than a streamed call's first token: streaming would not help
+    if saving <= 0:  # not shorter than a streamed call's first token: streaming would not help
         return None
     return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,))
 
@@ -348,7 +367,7 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
     if not repeated:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), repeated) / 1e6)
-    if saving < MIN_SAVING_MS:  # identical calls side by side: a cache would not shorten the stage
+    if saving <= 0:  # identical calls side by side: a cache would not shorten the stage
         return None
     ids = _span_ids(members, repeated)
     return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids)
@@ -377,7 +396,7 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     if not shorter:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-    if saving < MIN_SAVING_MS:
+    if saving <= 0:
         return None
     ids = _span_ids(members, shorter)
     return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids)
@@ -427,7 +446,7 @@ def _token_levers(
     for kind, shorter, models, basis in levers:
         if shorter:
             saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-            if saving >= MIN_SAVING_MS:
+            if saving > 0:
                 ids = _span_ids(members, shorter)
                 found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids))
     return found_levers

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from latency_budget._config.model import StageBudget
+from latency_budget._config.model import BudgetSet
 from latency_budget._core.call_facts import Call, RawCall, calls_of
 from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import ModelStats, request_levers, summarise
@@ -156,20 +156,21 @@ class RecentCalls:
 def add_lever_hints(
     recent: RecentCalls,
     raw: Sequence[RawCall],
-    stages: Sequence[StageBudget],
+    budgets: BudgetSet,
     report: TraceReport,
     names: Mapping[int, str] | None = None,
 ) -> None:
     """Give ``report`` its calls and a hint per lever that recent calls give an estimate for.
 
+    ``budgets`` (the request's profile) gives the stages and ``hints.min_saving_ms``;
     ``names`` (span id -> name) names the spans of each hint, as for the other hints.
     """
-    calls = calls_of(raw, stages)
+    calls = calls_of(raw, budgets.stages)
     if not calls:
         return
     report.calls = calls
     maybe = recent.add(calls)  # this trace's own calls count too
-    findings = request_levers(calls, report, recent) if maybe else ()
+    findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms) if maybe else ()
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
     if not findings:
         return

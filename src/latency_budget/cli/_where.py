@@ -63,15 +63,25 @@ def _advice(n: int, lever: LeverSummary) -> str:
 
 def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
     """The ranked levers as a table, then one line each: what to try, and what the estimate rests on."""
+    under = _left_out(analysis)
     if not analysis.levers:
-        return ["Where to win: no lever applies to these requests."]
+        return ["Where to win: no lever applies to these requests.", *under]
     rows = [_lever_cells(lever) for lever in analysis.levers]
     if markdown:
         rows = [[f"`{row[0]}`", f"`{row[1]}`", *row[2:]] for row in rows]
         table = markdown_table(_LEVER_HEADER, rows, right=range(2, 6))
-        return [f"**{_title(analysis)}**", "", table, "", *(_advice(n, lever) for n, lever in _numbered(analysis))]
+        advice = [_advice(n, lever) for n, lever in _numbered(analysis)]
+        return [f"**{_title(analysis)}**", "", table, "", *advice, *under]
     table = text_table(_LEVER_HEADER, rows, right=range(2, 6))
-    return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis))]
+    return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis)), *under]
+
+
+def _left_out(analysis: LeverAnalysis) -> list[str]:
+    """One line saying how many findings the saving threshold left out, when any."""
+    n = analysis.left_out
+    if not n:
+        return []
+    return [f"Left out: {n} finding{'s' if n != 1 else ''} that would save less than hints.min_saving_ms."]
 
 
 def _numbered(analysis: LeverAnalysis) -> list[tuple[int, LeverSummary]]:
@@ -172,6 +182,7 @@ def _fit_json(fit: Fit | None, reason: str) -> dict[str, Any]:
 def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
     """The whole analysis as plain JSON-ready data."""
     return {
+        "left_out_under_min_saving_ms": analysis.left_out,
         "where_to_win": [
             {
                 "kind": lever.kind,
