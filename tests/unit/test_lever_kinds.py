@@ -17,6 +17,7 @@ except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMem
 from latency_budget import TraceReport, load_budgets
 from latency_budget import _attributes as attr
 from latency_budget._core.kinds import HINT_KINDS, KINDS, LEVER_KINDS, HintKind, LeverKind
+from latency_budget._core.recent import WINDOW
 from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.cli._levers import analyse_levers
 from latency_budget.export import HintLogEmitter
@@ -49,13 +50,15 @@ def _model_choice(r: Requests) -> None:
 
 
 def _context_size(r: Requests) -> None:
-    for tokens in range(1000, 10_001, 1000):
+    for n in range(WINDOW - 1):  # fits are tested once a window is full
+        tokens = 1000 * (1 + n % 10)
         r.send(("chat m", 100 + 0.05 * tokens, chat("m", stream=False, **{"gen_ai.usage.input_tokens": tokens})))
     r.send(("chat m", 500, chat("m", stream=False, **{"gen_ai.usage.input_tokens": 8000})))
 
 
 def _output_length(r: Requests) -> None:
-    for out in range(100, 1300, 100):
+    for n in range(WINDOW - 1):
+        out = 100 * (1 + n % 12)
         r.send(("chat m", 250 + 10 * out, chat("m", stream=True, ttft_s=0.25, **{"gen_ai.usage.output_tokens": out})))
     r.send(("chat m", 12250, chat("m", stream=True, ttft_s=0.25, **{"gen_ai.usage.output_tokens": 1200})))
 

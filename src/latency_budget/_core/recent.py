@@ -9,6 +9,12 @@ doubles, then every :data:`REFRESH` calls (so the statistics describe the last
 :data:`WINDOW` calls as of at most that many calls ago), and each fit uses at most
 :data:`FIT_POINTS` points, so a root's end rarely pays for one.
 
+Whether the data supports a fit (of latency on tokens, or the rank test of the per-token
+rate) is tested rarely: once the series' window is full, then every :data:`RETEST` calls,
+each time at half the level of the time before. Between tests a fit that passed is
+refreshed, and one that failed stays off, so that on traffic where time does not grow
+with tokens the processor gives no more such estimates than ``report`` does.
+
 Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
 are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
 is needed: a race can only make an estimate one call staler.
@@ -21,8 +27,9 @@ from collections.abc import Mapping, Sequence
 
 from latency_budget._config.model import BudgetSet
 from latency_budget._core.call_facts import Call, RawCall, calls_of
+from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
-from latency_budget._core.levers import ModelStats, request_levers, summarise
+from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -31,12 +38,14 @@ __all__ = [
     "MAX_KEYS",
     "MAX_SERIES",
     "REFRESH",
+    "RETEST",
     "WINDOW",
     "RecentCalls",
     "add_lever_hints",
 ]
 
 WINDOW = 64  # calls remembered per model and stage
+RETEST = 16 * WINDOW  # calls between two tests of a series' fits (the first when its window is full)
 EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
 REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
@@ -44,23 +53,45 @@ MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are 
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
 
 
+def _decision_z(decision: int) -> float:
+    """The level of a series' ``decision``-th test of its fits: 2.5% / 2^decision, one-sided.
+
+    The levels add up to 2.5% at most over a series' life, so a model whose time does not
+    grow with its tokens gets a fit in no more series than one test at 2.5% would give.
+    """
+    return z_for(0.025 / 2**decision)
+
+
 class _Series:
     """The recent calls of one model in one stage, and their statistics."""
 
-    __slots__ = ("added", "calls", "due", "stats")
+    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "stats")
 
     def __init__(self) -> None:
         self.calls: deque[Call] = deque(maxlen=WINDOW)
         self.added = 0
         self.due = 1
         self.stats: ModelStats | None = None
+        self.decide_at = WINDOW  # when its fits are next tested
+        self.decisions = 0
+        self.passed: frozenset[FitName] = frozenset()  # the fits the last test supported
 
     def summary(self) -> ModelStats | None:
         added = self.added
         if added >= self.due:
             snapshot = list(self.calls)
-            if snapshot:
-                self.stats = summarise(snapshot, max_fit_points=FIT_POINTS)
+            if snapshot and added >= self.decide_at:
+                # Test the fits on the whole window, rarely: a fit re-tested at every refresh
+                # of overlapping windows would pass by chance far more often than once.
+                self.decisions += 1
+                self.decide_at = added + RETEST
+                stats = summarise(snapshot, max_fit_points=WINDOW, z=_decision_z(self.decisions))
+                self.passed = passed_fits(stats)
+                self.stats = stats
+            elif snapshot:
+                # Between tests, the fits that passed are refreshed (a positive slope is all
+                # they must keep); the others stay off.
+                self.stats = summarise(snapshot, max_fit_points=FIT_POINTS, z=0.0, fits=self.passed)
             # After every call up to EXACT_UP_TO calls, then each time they double, then every REFRESH.
             self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + REFRESH)
         return self.stats
