@@ -22,9 +22,12 @@ is needed: a race can only make an estimate one call staler.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
+from latency_budget import _guard
 from latency_budget._config.model import BudgetSet
 from latency_budget._core.call_facts import Call, RawCall, calls_of
 from latency_budget._core.estimators import z_for
@@ -36,10 +39,12 @@ __all__ = [
     "EXACT_UP_TO",
     "FIT_POINTS",
     "MAX_KEYS",
+    "MAX_NAME_CHARS",
     "MAX_SERIES",
     "REFRESH",
     "RETEST",
     "WINDOW",
+    "WINDOW_BYTES",
     "RecentCalls",
     "add_lever_hints",
 ]
@@ -51,6 +56,11 @@ REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
+MAX_NAME_CHARS = 128  # a kept model, response model or provider name is cut to this many characters
+# What the kept calls may hold at most, in bytes (CPython): per call its slots and three
+# names of MAX_NAME_CHARS characters of up to 4 bytes; per series its key; the identities.
+_CALL_BYTES = 200 + 3 * (80 + 4 * MAX_NAME_CHARS)
+WINDOW_BYTES = MAX_SERIES * (WINDOW * _CALL_BYTES + 80 + 4 * MAX_NAME_CHARS + 1024) + MAX_KEYS * 120
 
 
 def _decision_z(decision: int) -> float:
@@ -98,12 +108,18 @@ class _Series:
 
 
 class RecentCalls:
-    """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces."""
+    """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces.
+
+    Bounded in bytes, whatever the spans carry: at most :data:`WINDOW_BYTES`. Names kept
+    across requests (model, response model, provider) are cut to :data:`MAX_NAME_CHARS`
+    characters; ``cut`` counts the calls whose names were cut.
+    """
 
     def __init__(self) -> None:
         self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
         self._count = 0
         self._keys: dict[int, None] = {}  # oldest first
+        self.cut = 0
 
     def add(self, calls: Sequence[Call]) -> bool:
         """Remember the model calls among ``calls``; whether a lever may apply to them.
@@ -120,6 +136,14 @@ class RecentCalls:
             model = call.model
             if model is None:
                 continue
+            response, provider = call.response_model, call.provider
+            if (
+                len(model) > MAX_NAME_CHARS
+                or (response is not None and len(response) > MAX_NAME_CHARS)
+                or (provider is not None and len(provider) > MAX_NAME_CHARS)
+            ):
+                call = self._capped(call)  # noqa: PLW2901 (the kept copy)
+                model = call.model or ""
             if call.generation and not call.streamed and not call.to_tools:
                 maybe = True  # a streaming candidate
             models = self._series.get(call.stage)
@@ -153,6 +177,25 @@ class RecentCalls:
                 return True
         return False
 
+    def _capped(self, call: Call) -> Call:
+        """A copy of ``call`` whose names are at most MAX_NAME_CHARS long (logged once, counted)."""
+        self.cut += 1
+        if self.cut == 1:
+            _guard.log_once(
+                ("recent-calls", "cut"),
+                logging.WARNING,
+                "latency_budget: a model, response model or provider name longer than %d characters was cut "
+                "to that length for the lever estimates (further cuts are counted, not logged)",
+                MAX_NAME_CHARS,
+            )
+        return replace(
+            call,
+            model=_cut(call.model),
+            response_model=_cut(call.response_model),
+            provider=_cut(call.provider),
+            target=_cut(call.target),
+        )
+
     def remember(self, calls: Sequence[Call]) -> None:
         """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
         keys = self._keys
@@ -182,6 +225,10 @@ class RecentCalls:
 
     def seen(self, key: int) -> bool:
         return key in self._keys
+
+
+def _cut(name: str | None) -> str | None:
+    return name[:MAX_NAME_CHARS] if name is not None and len(name) > MAX_NAME_CHARS else name
 
 
 def add_lever_hints(

@@ -28,7 +28,7 @@ from latency_budget._core.levers import (
 from latency_budget._core.report import TraceReport, format_ms
 from latency_budget.cli.stats import percentile
 
-__all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers"]
+__all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers", "fit_caption"]
 
 _SCATTER_POINTS = 300  # points kept per context-size plot
 
@@ -51,6 +51,7 @@ class LeverSummary:
     targets: tuple[str, ...]  # models, tools or data sources involved, most frequent first
     basis: str  # what the estimate rests on, for people
     advice: str  # what to try, for people
+    test: str = ""  # what the data passed for the estimate to be given (empty for the shape's hints)
 
     @property
     def requests(self) -> int:
@@ -147,6 +148,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     targets: dict[tuple[HintKind, str], Counter[str]] = {}
     within: Counter[tuple[HintKind, str]] = Counter()
     repeats: Counter[tuple[HintKind, str]] = Counter()
+    tests: dict[tuple[HintKind, str], str] = {}
     left_out: list[Finding] = []
     thresholds: dict[str, float] = {}
     for report in ordered:
@@ -161,6 +163,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
                 unestimated[key] += 1
                 continue
             per_request[key] = finding.saving_ms
+            tests.setdefault(key, finding.test)
             if finding.kind == "cache":
                 within[key] += finding.repeated_within
                 repeats[key] += finding.spans
@@ -182,6 +185,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             baseline,
             within[key],
             repeats[key],
+            tests.get(key, ""),
         )
         for key in keys
     ]
@@ -200,6 +204,14 @@ def _threshold(config: BudgetConfig | None, profile: str) -> float:
         return config.default.min_saving_ms
 
 
+def fit_caption(fit: Fit) -> str:
+    """A Theil-Sen fit of milliseconds on tokens, for people: the one wording of the text, tables and page."""
+    return (
+        f"{format_ms(fit.slope * 1000)} per 1,000 tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
+        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}"
+    )
+
+
 def _people(finding: Finding) -> list[str]:
     """The names a finding involves, the model to switch to left out."""
     return [name for name in finding.targets if name != finding.instead]
@@ -214,6 +226,7 @@ def _summary(
     baseline: RecordedBaseline,
     within: int,
     repeats: int,
+    test: str,
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
@@ -251,9 +264,8 @@ def _summary(
             if fit is not None and stats is not None and stats.input_p50 is not None:
                 what = "first token" if fit is stats.first_token_fit else "duration"
                 basis = (
-                    f"Theil-Sen fit of {what} over {fit.n} calls of {main}: {format_ms(fit.slope * 1000)} per 1,000 "
-                    f"input tokens (95% CI {format_ms(fit.slope_low * 1000)} to {format_ms(fit.slope_high * 1000)}, "
-                    f"R² {fit.r_squared:.2f}); contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
+                    f"Theil-Sen fit of {what} on input tokens of {main}: {fit_caption(fit)}; "
+                    f"contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
                 )
                 advice = (
                     f"trim the context of {named} calls (fewer or shorter documents, a summarised history): "
@@ -271,7 +283,7 @@ def _summary(
                     f"about {format_ms(stats.ms_per_output_token * 100)}"
                 )
         case "sequential_calls":
-            basis = "back-to-back sibling calls: their sum minus the longest"
+            basis = "back-to-back sibling calls, each run made concurrent: the stage's time before less after"
             advice = f"run independent {stage} spans concurrently (asyncio.gather, a thread pool)"
         case "iterations":
             basis = "the calls past max_calls, in start order"
@@ -279,7 +291,7 @@ def _summary(
         case _:
             unknown_kind(kind)
     saves = KINDS[kind].saves
-    return LeverSummary(kind, stage, of_requests, savings, unestimated, saves, targets, basis, advice)
+    return LeverSummary(kind, stage, of_requests, savings, unestimated, saves, targets, basis, advice, test)
 
 
 def _names(targets: tuple[str, ...]) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
 
-from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow
+from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow, fit_caption
 from ._table import markdown_table, text_table
 
 __all__ = [
@@ -58,7 +58,8 @@ def _title(analysis: LeverAnalysis) -> str:
 
 def _advice(n: int, lever: LeverSummary) -> str:
     basis = f" Based on {lever.basis}." if lever.basis else ""
-    return f"{n}. {lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}"
+    test = f" Passed: {lever.test}." if lever.test else ""
+    return f"{n}. {lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}{test}"
 
 
 def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
@@ -130,12 +131,7 @@ def model_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]
 
 
 def _fit_text(fit: Fit | None, reason: str) -> str:
-    if fit is None:
-        return f"no fit: {reason}"
-    return (
-        f"{format_ms(fit.slope * 1000)} per 1k tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
-        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}"
-    )
+    return fit_caption(fit) if fit is not None else f"no fit: {reason}"
 
 
 def _context_cells(row: ContextRow) -> list[str]:
@@ -196,6 +192,7 @@ def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
                 "savings_total_ms": lever.total_ms,
                 "targets": list(lever.targets),
                 "basis": lever.basis,
+                "test": lever.test,
                 "try": lever.advice,
             }
             for lever in analysis.levers
