@@ -347,7 +347,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         report = state.report(start, end, trace_id=state.trace_id, root_name=name)
         if state.calls:
             try:
-                add_lever_hints(self._recent, state.outermost_calls(), state.budgets.stages, report, state.names)
+                add_lever_hints(self._recent, state.outermost_calls(), state.budgets, report, state.names)
             except Exception as exc:  # the verdict stands without the lever hints
                 _guard.log_internal_error("lever hints", exc)
         root_extra, events = root_annotation(state, report, stage, name, kind, scope, start, end, attributes)

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from latency_budget._core.levers import LEVER_KINDS
+from latency_budget._core.kinds import HINT_KINDS
 from latency_budget._demo import example_budgets, run_demo
 from latency_budget._demo.run import DemoRun
 from latency_budget.cli._levers import analyse_levers
@@ -127,7 +127,7 @@ def test_every_lever_shows_in_some_requests_and_not_in_others(recorded: tuple[De
     run, _ = recorded
     reports = [r for r in run.reports if r is not None]
     kinds = [{hint.kind for hint in report.hints} for report in reports]
-    expected = {*LEVER_KINDS, "sequential_calls", "iterations"}
+    expected = set(HINT_KINDS)
     for kind in expected:
         having = sum(1 for found in kinds if kind in found)
         assert 0 < having < len(reports), kind
@@ -136,6 +136,26 @@ def test_every_lever_shows_in_some_requests_and_not_in_others(recorded: tuple[De
     models = {row.model for row in analysis.models if row.stage == "model_call"}
     assert models == {"gpt-4o", "gpt-4o-mini"}
     assert any(row.first_token_fit is not None for row in analysis.contexts if row.stage == "model_call")
+
+
+def test_a_seed_gives_the_same_hint_events_on_the_same_traces() -> None:
+    """Two demo runs with one seed write identical hint events (kind, stage, saving, basis, spans) on each trace."""
+
+    def hint_events() -> list[tuple[str, list[dict[str, object]]]]:
+        exporter = InMemorySpanExporter()
+        run_demo(example_budgets(), requests=200, concurrency=4, seed=7, downstream=SimpleSpanProcessor(exporter))
+        return sorted(
+            (
+                f"{span.context.trace_id:032x}" if span.context is not None else "",
+                [dict(event.attributes or {}) for event in span.events if event.name == "latency_budget.hint"],
+            )
+            for span in exporter.get_finished_spans()
+            if span.parent is None
+        )
+
+    first = hint_events()
+    assert sum(len(events) for _, events in first) > 100
+    assert first == hint_events()
 
 
 def test_a_seed_replays_the_same_ids_and_durations() -> None:

@@ -40,7 +40,7 @@ def test_the_report_ranks_every_lever_with_figures(demo_traces: Path) -> None:
     assert re.search(r"^model_call +\| gpt-4o +\| openai +\| +\d+ \|", out, re.M)
     assert re.search(r"^model_call +\| gpt-4o-mini +\| openai +\| +\d+ \|", out, re.M)
     assert re.search(
-        r"^model_call +\| gpt-4o-mini +\| +\d+ \| +[\d,]+ \| .+\| [\d.]+ms per 1k tokens \(95% CI", out, re.M
+        r"^model_call +\| gpt-4o-mini +\| +\d+ \| +[\d,]+ \| .+\| [\d.]+ms per 1,000 tokens \(95% CI", out, re.M
     )
 
 

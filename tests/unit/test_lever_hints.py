@@ -19,6 +19,7 @@ except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMem
 
 from latency_budget import TraceReport, load_budgets
 from latency_budget import _attributes as attr
+from latency_budget._core.recent import WINDOW
 from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.export import BudgetMetrics, HintLogEmitter
 
@@ -144,34 +145,36 @@ def test_a_slower_model_is_compared_with_the_fastest_one_in_its_stage() -> None:
 
 
 def test_a_large_context_is_trimmed_to_the_median_at_the_fitted_slope() -> None:
-    """Calls of 100 ms + 0.05 ms per input token (1000..10000), then 8000 tokens: median 6000, so 100 ms saved."""
+    """A window of calls of 100 ms + 0.05 ms per input token (1000..10000), the last 8000: 150 ms over the median."""
     r = Requests()
-    for tokens in range(1000, 10_001, 1000):
+    for n in range(WINDOW - 1):  # the fit is tested once the window is full
+        tokens = 1000 * (1 + n % 10)
         r.send(("chat m", 100 + 0.05 * tokens, chat("m", stream=False, **{"gen_ai.usage.input_tokens": tokens})))
     found = hints(r.send(("chat m", 500, chat("m", stream=False, **{"gen_ai.usage.input_tokens": 8000}))))
     assert found["context_size"] == {
         attr.HINT_KIND: "context_size",
         attr.STAGE: "model_call",
         attr.HINT_SPAN_COUNT: 1,
-        attr.HINT_SAVINGS_MS: 100.0,
-        attr.HINT_BASIS_COUNT: 11,
+        attr.HINT_SAVINGS_MS: 150.0,
+        attr.HINT_BASIS_COUNT: WINDOW,
         **r.named(0),
     }
     assert "streaming" not in found  # non-streamed, but no streamed call of m to estimate from
 
 
 def test_a_long_answer_is_cut_to_the_median_at_the_models_time_per_token() -> None:
-    """Streamed calls take 10 ms per output token past a 250 ms first chunk; 500 tokens against a median of 350."""
+    """Streamed calls take 10 ms per output token past a 250 ms first chunk; 500 tokens against a median of 300."""
     r = Requests()
-    for out in (100, 200, 300, 400, 500):
+    for n in range(WINDOW - 1):  # the rate's rank test is made once the window is full
+        out = 100 * (1 + n % 5)
         r.send(("chat m", 250 + 10 * out, chat("m", stream=True, ttft_s=0.25, **{"gen_ai.usage.output_tokens": out})))
     found = hints(r.send(("chat m", 5250, chat("m", stream=True, ttft_s=0.25, **{"gen_ai.usage.output_tokens": 500}))))
     assert found["output_length"] == {
         attr.HINT_KIND: "output_length",
         attr.STAGE: "model_call",
         attr.HINT_SPAN_COUNT: 1,
-        attr.HINT_SAVINGS_MS: 1500.0,  # 10 ms x (500 - 350)
-        attr.HINT_BASIS_COUNT: 6,
+        attr.HINT_SAVINGS_MS: 2000.0,  # 10 ms x (500 - 300)
+        attr.HINT_BASIS_COUNT: WINDOW,
         **r.named(0),
     }
 

@@ -7,10 +7,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.accounting import union_length
 from latency_budget._core.call_facts import Call
 from latency_budget._core.estimators import shrunk_saving_ns, theil_sen
-from latency_budget._core.levers import LEVER_KINDS, MIN_SAVING_MS, RecordedBaseline, request_levers
+from latency_budget._core.levers import LEVER_KINDS, RecordedBaseline, request_levers
 from latency_budget._core.recent import RecentCalls
 
 from .helpers import at, pipeline
@@ -57,7 +58,7 @@ def calls(draw: st.DrawFn, *, max_size: int = 8) -> list[Call]:
 def test_no_lever_claims_more_than_the_stage_took(
     request: list[Call], history: list[Call], earlier: set[int], cut: dict[str, float], first_token: int | None
 ) -> None:
-    """Every saving is at least 1 ms, within the stage's time (and critical time for total-time levers), or absent."""
+    """Each saving is at least min_saving_ms, within the stage time (critical time for total-time levers), or absent."""
     stage_ms = {
         stage: union_length([(c.start_ns, c.end_ns) for c in request if c.stage == stage]) / MS
         for stage in {c.stage for c in request}
@@ -78,7 +79,7 @@ def test_no_lever_claims_more_than_the_stage_took(
             assert finding.kind == "streaming"
             continue
         assert math.isfinite(finding.saving_ms)
-        assert MIN_SAVING_MS <= finding.saving_ms <= stage_ms[finding.stage]
+        assert DEFAULT_MIN_SAVING_MS <= finding.saving_ms <= stage_ms[finding.stage]
         if finding.kind == "streaming":
             assert finding.saving_ms <= max(c.duration_ns for c in members if not c.streamed) / MS
         else:

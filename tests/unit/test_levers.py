@@ -253,7 +253,7 @@ def test_cache_saves_nothing_for_identical_calls_run_in_parallel() -> None:
         call(0, 100, model=None, key=1, stage="tool_calls"),
         call(0.5, 100.4, model=None, key=1, stage="tool_calls"),
     ]
-    assert request_levers(nearly, report_for(nearly), RecordedBaseline([])) == []  # under MIN_SAVING_MS (1 ms)
+    assert request_levers(nearly, report_for(nearly), RecordedBaseline([])) == []  # under min_saving_ms (5 ms)
 
 
 def model_history(fast_calls: int = 10) -> list[Call]:

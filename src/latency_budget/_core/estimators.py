@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from latency_budget._core.accounting import union_length
 
@@ -21,18 +22,21 @@ __all__ = [
     "MIN_DISTINCT_X",
     "MIN_FIT_POINTS",
     "MIN_R_SQUARED",
+    "Z95",
     "Fit",
     "fit_or_reason",
     "median",
+    "rank_test",
     "shrunk_saving_ns",
     "theil_sen",
+    "z_for",
 ]
 
 MIN_FIT_POINTS = 10  # fewer points than this: no fit
 MIN_DISTINCT_X = 5  # fewer distinct sizes than this: no fit (a cloud at one size has no slope)
 MAX_FIT_POINTS = 400  # more are thinned evenly along x first (the pairs grow as n squared)
 MIN_R_SQUARED = 0.05  # a line that explains less of the variance than this supports no estimate
-_Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
+Z95 = 1.959963984540054  # the standard normal's 97.5th percentile: a one-sided 2.5% test
 
 
 def median(values: Sequence[float]) -> float:
@@ -70,7 +74,30 @@ class Fit:
         return self.intercept + self.slope * x
 
 
-def theil_sen(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS) -> Fit | None:
+def z_for(alpha: float) -> float:
+    """The standard normal's quantile for a one-sided test at level ``alpha``."""
+    return NormalDist().inv_cdf(1 - alpha)
+
+
+def rank_test(points: Sequence[tuple[float, float]], *, z: float = Z95) -> bool:
+    """Whether y demonstrably grows with x: Kendall's S above ``z`` standard deviations (ties ignored).
+
+    At the default ``z`` a one-sided test at 2.5%; ``z`` 0 asks only for a positive S.
+    """
+    n = len(points)
+    if n < 2:
+        return False
+    score = 0
+    for i in range(n - 1):
+        xi, yi = points[i]
+        for xj, yj in points[i + 1 :]:
+            dx, dy = xj - xi, yj - yi
+            if dx and dy:
+                score += 1 if (dx > 0) == (dy > 0) else -1
+    return score > z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+
+
+def theil_sen(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS, z: float = Z95) -> Fit | None:
     """The Theil-Sen line through ``(x, y)`` points, or ``None`` when the data cannot support one.
 
     ``None`` when there are fewer than :data:`MIN_FIT_POINTS` points or
@@ -78,13 +105,16 @@ def theil_sen(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FI
     lie wholly above zero (y does not demonstrably grow with x), or when the line
     explains less than :data:`MIN_R_SQUARED` of y's variance. More than
     ``max_points`` (default :data:`MAX_FIT_POINTS`) points are first thinned to that
-    many, evenly along x.
+    many, evenly along x. ``z`` sets the interval (default 95%, a one-sided 2.5% test
+    that the slope is above zero; 0 asks only for a positive median slope).
     """
-    found = fit_or_reason(points, max_points=max_points)
+    found = fit_or_reason(points, max_points=max_points, z=z)
     return found if isinstance(found, Fit) else None
 
 
-def fit_or_reason(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS) -> Fit | str:
+def fit_or_reason(
+    points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS, z: float = Z95
+) -> Fit | str:
     """The fit :func:`theil_sen` gives, or why there is none, in a few words for people."""
     # The common refusals first, on the points as given: dropping non-finite ones only lowers both counts.
     if len(points) < MIN_FIT_POINTS:
@@ -112,7 +142,7 @@ def fit_or_reason(points: Sequence[tuple[float, float]], *, max_points: int = MA
     slope = _middle(slopes)
     # Sen's interval: the order statistics of the pairwise slopes at ranks (N -/+ C) / 2,
     # with C from the normal approximation to Kendall's S (ties in x ignored).
-    spread = _Z95 * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
+    spread = z * math.sqrt(n * (n - 1) * (2 * n + 5) / 18)
     low_rank = math.floor((pairs - spread) / 2)  # 1-based rank of the lower bound
     high_rank = math.ceil((pairs + spread) / 2) + 1  # ... and of the upper bound
     if low_rank < 1 or high_rank > pairs:

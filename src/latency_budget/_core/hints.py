@@ -5,13 +5,17 @@ that call (see calls.py), and is never a call of its own here.
 
 ``sequential_calls``: under one parent, two or more consecutive calls of a
 parallelizable stage, of one kind (the same operation), ran one after another, with no
-overlap and no stage span of another stage or kind between them. Running them
-concurrently would save the sum of their durations minus the longest one.
+overlap and no stage span of another stage or kind between them. Run concurrently,
+each run's calls would all start when its first did.
 
 ``iterations``: a stage made more calls than its ``max_calls``. The calls beyond the
 limit (in start order) are the time an agent that planned better would not spend.
 
-A hint is given only when it would save at least the profile's ``min_saving_ms``.
+One hint per kind and stage, whatever the number of runs: its saving is wall-clock, the
+stage's union before minus its union with all of the lever's changes applied together
+(runs in concurrent sub-agents overlap, and count once), and at most the stage's time on
+the request's critical path. A hint is given only when it would save at least the
+profile's ``min_saving_ms``.
 """
 
 from __future__ import annotations
@@ -19,17 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from typing import Literal
 
 from latency_budget._config.model import BudgetSet
 from latency_budget._core.critical_path import RecordedSpan
+from latency_budget._core.intervals import union_length
+from latency_budget._core.kinds import HintKind
 
 __all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 
-# The last five are the levers estimated from recent calls (see _core/levers.py).
-HintKind = Literal[
-    "sequential_calls", "iterations", "streaming", "cache", "model_choice", "context_size", "output_length"
-]
 
 # A hint names at most this many of its spans (the first, in start order): enough to find
 # them on a timeline, and a bounded attribute whatever the trace holds.
@@ -66,6 +67,7 @@ def find_hints(
     names: Mapping[int, str] | None = None,
     kinds: Callable[[], Mapping[int, str]] | None = None,
     nested: AbstractSet[int] = frozenset(),
+    critical_ns: Sequence[int] | None = None,
 ) -> tuple[Hint, ...]:
     """Hints for one trace, sequential-call hints first, then iterations, by savings.
 
@@ -76,6 +78,7 @@ def find_hints(
     without one are all of one kind); it is called only when a stage may earn a
     sequential-calls hint. ``nested`` holds the positions in ``spans`` of
     stage spans nested in a call of their own stage: parts of a call, not calls.
+    ``critical_ns`` (per stage index) caps each saving at the stage's critical-path time.
     """
     stages = budgets.stages
     if counts is None:
@@ -96,6 +99,7 @@ def find_hints(
     least_ms = budgets.min_saving_ms
     hints: list[Hint] = []
     known = names if names is not None else _NO_NAMES
+    runs: dict[int, list[list[_Sibling]]] = {}  # stage index -> its sequential runs
     if parallelizable:
         of_kind = kinds() if kinds is not None else _NO_NAMES
         by_parent: dict[int, list[_Sibling]] = {}
@@ -110,20 +114,48 @@ def find_hints(
                     group.append(sibling)
         for siblings in by_parent.values():
             if len(siblings) >= 2:
-                hints.extend(_sequential_runs(budgets, siblings, parallelizable, known, least_ms))
+                for run in _sequential_runs(siblings, parallelizable):
+                    runs.setdefault(run[0][3], []).append(run)
+    for index, stage_runs in runs.items():
+        calls = _calls(spans, index, nested)
+        moved: dict[int, tuple[int, int]] = {}  # span id -> its interval with its run made concurrent
+        for run in stage_runs:
+            first = run[0][0]
+            for start, end, span_id, *_ in run:
+                moved[span_id] = (first, first + max(0, end - start))
+        after = [moved.get(span[0], (span[2], span[3])) for span in calls]
+        savings = _capped(union_length([(s[2], s[3]) for s in calls]) - union_length(after), index, critical_ns)
+        if savings > 0 and savings >= least_ms:
+            in_runs = sorted((sibling for run in stage_runs for sibling in run), key=_start_order)
+            ids, span_names = _named([sibling[6] for sibling in in_runs], known)
+            hints.append(Hint("sequential_calls", stages[index].name, len(in_runs), savings, ids, span_names))
     for index in over_calls:
         budget = stages[index]
         limit = budget.max_calls or 0
-        calls = sorted(
-            (s for n, s in enumerate(spans) if s[4] == index and n not in nested), key=lambda s: (s[2], s[3], s[0])
-        )
+        calls = _calls(spans, index, nested)
         if len(calls) > limit:
-            extra = sum(max(0, end - start) for _, _, start, end, _ in calls[limit:]) / 1e6
+            kept = [(s[2], s[3]) for s in calls[:limit]]
+            removed = union_length([(s[2], s[3]) for s in calls]) - (union_length(kept) if kept else 0)
+            extra = _capped(removed, index, critical_ns)
             if extra > 0 and extra >= least_ms:
                 ids, span_names = _named(calls[limit:], known)
                 hints.append(Hint("iterations", budget.name, len(calls), extra, ids, span_names))
     hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
     return tuple(hints)
+
+
+def _calls(spans: Sequence[RecordedSpan], index: int, nested: AbstractSet[int]) -> list[RecordedSpan]:
+    """The calls of stage ``index`` (its spans not nested in a call of their own), in start order."""
+    return sorted(
+        (s for n, s in enumerate(spans) if s[4] == index and n not in nested), key=lambda s: (s[2], s[3], s[0])
+    )
+
+
+def _capped(saving_ns: int, index: int, critical_ns: Sequence[int] | None) -> float:
+    """A wall-clock saving of stage ``index`` in ms, at most the stage's time on the critical path."""
+    if critical_ns is not None and saving_ns > critical_ns[index]:
+        saving_ns = critical_ns[index]
+    return max(0, saving_ns) / 1e6
 
 
 def _named(spans: Sequence[RecordedSpan], names: Mapping[int, str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -136,27 +168,16 @@ def _named(spans: Sequence[RecordedSpan], names: Mapping[int, str]) -> tuple[tup
 _Sibling = tuple[int, int, int, int, "str | None", bool, RecordedSpan]
 
 
-def _sequential_runs(
-    budgets: BudgetSet,
-    siblings: list[_Sibling],
-    parallelizable: set[int],
-    names: Mapping[int, str],
-    least_ms: float,
-) -> list[Hint]:
-    """Runs of back-to-back, non-overlapping calls of one stage and kind among siblings."""
-    found: list[Hint] = []
+def _sequential_runs(siblings: list[_Sibling], parallelizable: set[int]) -> list[list[_Sibling]]:
+    """Runs of two or more back-to-back, non-overlapping calls of one stage and kind among siblings."""
+    found: list[list[_Sibling]] = []
     siblings.sort(key=_start_order)
     run: list[_Sibling] = []
     run_end = 0  # the latest end in the run: a call starting at or after it does not overlap
 
     def close() -> None:
         if len(run) >= 2:
-            durations = [max(0, end - start) for start, end, *_ in run]
-            savings = (sum(durations) - max(durations)) / 1e6
-            if savings > 0 and savings >= least_ms:
-                ids, span_names = _named([sibling[6] for sibling in run], names)
-                name = budgets.stages[run[0][3]].name
-                found.append(Hint("sequential_calls", name, len(run), savings, ids, span_names))
+            found.append(run)
 
     for sibling in siblings:
         start, end, _, stage, kind, nested, _ = sibling

@@ -31,41 +31,53 @@ Five levers are read from the calls' attributes (sequential calls and iterations
 Every saving is a wall-clock saving of the stage (overlapping calls count once, see
 :func:`~latency_budget._core.estimators.shrunk_saving_ns`), capped at the stage's time
 in the request and, for total-time levers, at its critical-path time. A lever that would
-save less than :data:`MIN_SAVING_MS` in a request is left out.
+save less than the profile's ``hints.min_saving_ms`` in a request is left out, as the
+hints read from the trace's shape are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.call_facts import Call
-from latency_budget._core.estimators import MAX_FIT_POINTS, Fit, median, shrunk_saving_ns, theil_sen
+from latency_budget._core.estimators import (
+    MAX_FIT_POINTS,
+    MIN_R_SQUARED,
+    Z95,
+    Fit,
+    median,
+    rank_test,
+    shrunk_saving_ns,
+    theil_sen,
+)
+from latency_budget._core.kinds import LEVER_KINDS, LeverKind
 from latency_budget._core.report import TraceReport
 
 __all__ = [
+    "FIT_NAMES",
     "LEVER_KINDS",
     "MIN_MODEL_CALLS",
     "MIN_RATE_CALLS",
-    "MIN_SAVING_MS",
     "MIN_STREAMED",
     "Baseline",
     "Finding",
+    "FitName",
     "LeverKind",
     "ModelStats",
     "RecordedBaseline",
+    "passed_fits",
     "request_levers",
     "summarise",
 ]
 
-LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length"]
-LEVER_KINDS: tuple[LeverKind, ...] = ("streaming", "cache", "model_choice", "context_size", "output_length")
 
 MIN_STREAMED = 3  # streamed calls of a model before its first token is a basis for the streaming lever
 MIN_MODEL_CALLS = 10  # calls of each model before two are compared
 MIN_RATE_CALLS = 5  # streamed calls with output tokens before a time per output token is taken from them
-MIN_SAVING_MS = 1.0  # a lever that would save less than this in a request is not worth a hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +106,22 @@ class ModelStats:
     rate_from: Literal["streamed", "fit"] | None
 
 
-def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) -> ModelStats:
+FitName = Literal["duration", "first_token", "output", "rate"]
+FIT_NAMES: frozenset[FitName] = frozenset(("duration", "first_token", "output", "rate"))
+
+
+def summarise(
+    calls: Sequence[Call],
+    *,
+    max_fit_points: int = MAX_FIT_POINTS,
+    z: float = Z95,
+    fits: AbstractSet[FitName] = FIT_NAMES,
+) -> ModelStats:
     """The statistics of a non-empty set of calls (of one model in one stage).
 
     ``max_fit_points`` bounds the points of each fit (they are thinned evenly along x).
+    Each fit, and the rank test of the streamed per-token rate, is at level ``z`` (a
+    one-sided 2.5% test by default); only those named in ``fits`` are tried.
     """
     durations: list[float] = []
     first_tokens: list[float] = []
@@ -107,6 +131,7 @@ def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) ->
     inputs: list[float] = []
     outputs: list[float] = []
     rates: list[float] = []
+    generating: list[tuple[float, float]] = []  # (output tokens, generation time), streamed calls
     for call in calls:  # one pass, no property reads: the processor runs this on its recent calls
         length = call.end_ns - call.start_ns
         duration = length / 1e6 if length > 0 else 0.0
@@ -124,18 +149,21 @@ def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) ->
         if out is not None and call.generation:
             if ttft is not None and out > 0 and duration >= ttft:
                 rates.append((duration - ttft) / out)
+                generating.append((out, duration - ttft))
             if not call.to_tools:  # output for the user: what a shorter answer would shorten
                 outputs.append(out)
                 by_output.append((out, duration))
     rate: float | None = None
     rate_calls = 0
     rate_from: Literal["streamed", "fit"] | None = None
-    if len(rates) >= MIN_RATE_CALLS:
+    # The streamed calls' median rate only where generation time demonstrably grows with
+    # output tokens (a rank test): on calls where it does not, a shorter answer saves nothing.
+    if len(rates) >= MIN_RATE_CALLS and "rate" in fits and rank_test(generating, z=z):
         rate, rate_calls, rate_from = median(rates), len(rates), "streamed"
-    elif (output_fit := theil_sen(by_output, max_points=max_fit_points)) is not None:
+    elif "output" in fits and (output_fit := theil_sen(by_output, max_points=max_fit_points, z=z)) is not None:
         rate, rate_calls, rate_from = output_fit.slope, output_fit.n, "fit"
-    duration_fit = theil_sen(by_input, max_points=max_fit_points)
-    first_token_fit = theil_sen(first_by_input, max_points=max_fit_points)
+    duration_fit = theil_sen(by_input, max_points=max_fit_points, z=z) if "duration" in fits else None
+    first_token_fit = theil_sen(first_by_input, max_points=max_fit_points, z=z) if "first_token" in fits else None
     return ModelStats(
         n=len(calls),
         duration_p50_ms=median(durations),
@@ -150,6 +178,20 @@ def summarise(calls: Sequence[Call], *, max_fit_points: int = MAX_FIT_POINTS) ->
         rate_calls=rate_calls,
         rate_from=rate_from,
     )
+
+
+def passed_fits(stats: ModelStats) -> frozenset[FitName]:
+    """The fits (and the rate's rank test) that ``stats`` found supported."""
+    found: set[FitName] = set()
+    if stats.duration_fit is not None:
+        found.add("duration")
+    if stats.first_token_fit is not None:
+        found.add("first_token")
+    if stats.rate_from == "streamed":
+        found.add("rate")
+    elif stats.rate_from == "fit":
+        found.add("output")
+    return frozenset(found)
 
 
 class Baseline(Protocol):
@@ -226,6 +268,8 @@ class Finding:
     ``instead`` the faster model for ``model_choice``: for people, never for telemetry.
     ``repeated_within`` counts, for ``cache``, the calls repeated within the request
     (the others repeated an earlier request's); ``span_ids`` are the calls it concerns.
+    ``test`` says, for people, what the data passed for the estimate to be given: a
+    sample size, a fit's interval and R², or a rank test.
     """
 
     kind: LeverKind
@@ -237,10 +281,31 @@ class Finding:
     instead: str | None = None
     repeated_within: int = 0
     span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
+    test: str = ""
 
 
-def request_levers(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
-    """The levers that apply to one request: its calls (start order) and its report, against ``baseline``."""
+def request_levers(
+    calls: Sequence[Call],
+    report: TraceReport,
+    baseline: Baseline,
+    *,
+    min_saving_ms: float = DEFAULT_MIN_SAVING_MS,
+    left_out: list[Finding] | None = None,
+) -> list[Finding]:
+    """The levers that apply to one request: its calls (start order) and its report, against ``baseline``.
+
+    A finding whose estimated saving is below ``min_saving_ms`` (the profile's
+    ``hints.min_saving_ms``) is left out, and appended to ``left_out`` when given.
+    A finding without an estimate (``saving_ms`` ``None``) is kept.
+    """
+    found = _findings(calls, report, baseline)
+    kept = [f for f in found if f.saving_ms is None or f.saving_ms >= min_saving_ms]
+    if left_out is not None and len(kept) < len(found):
+        left_out.extend(f for f in found if f.saving_ms is not None and f.saving_ms < min_saving_ms)
+    return kept
+
+
+def _findings(calls: Sequence[Call], report: TraceReport, baseline: Baseline) -> list[Finding]:
     # Only stages with a model call or a call with arguments can have a lever: most spans of
     # most stages have neither, and a root's end should not pay for them.
     by_stage: dict[str, list[Call]] = {}
@@ -311,11 +376,12 @@ def _streaming(
     streamed = stats.streamed if stats is not None else 0
     if stats is None or stats.first_token_p50_ms is None or streamed < MIN_STREAMED:
         return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
+    test = f"at least {MIN_STREAMED} streamed calls of the model"
     duration = call.duration_ns / 1e6
     saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
-    if saving < MIN_SAVING_MS:  # not shorter than a streamed call's first token: streaming would not help
+    if saving <= 0:  # not shorter than a streamed call's first token: streaming would not help
         return None
-    return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,))
+    return Finding("streaming", call.stage, 1, saving, streamed, (call.model,), span_ids=(call.span_id,), test=test)
 
 
 def _intervals(members: Sequence[Call]) -> list[tuple[int, int]]:
@@ -348,10 +414,11 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
     if not repeated:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), repeated) / 1e6)
-    if saving < MIN_SAVING_MS:  # identical calls side by side: a cache would not shorten the stage
+    if saving <= 0:  # identical calls side by side: a cache would not shorten the stage
         return None
     ids = _span_ids(members, repeated)
-    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids)
+    test = "identical stage, target and arguments"
+    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids, test)
 
 
 def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
@@ -377,10 +444,13 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     if not shorter:
         return None
     saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-    if saving < MIN_SAVING_MS:
+    if saving <= 0:
         return None
     ids = _span_ids(members, shorter)
-    return Finding("model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids)
+    test = f"at least {MIN_MODEL_CALLS} calls of each model compared"
+    return Finding(
+        "model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids, test=test
+    )
 
 
 def _token_levers(
@@ -390,9 +460,11 @@ def _token_levers(
     trimmed: dict[int, int] = {}  # index -> duration with the context trimmed to the median
     trimmed_models: dict[str, None] = {}
     trimmed_basis = 0
+    trimmed_test = ""
     cut_short: dict[int, int] = {}  # index -> duration with the output cut to the median
     cut_models: dict[str, None] = {}
     cut_basis = 0
+    cut_test = ""
     for index, call in enumerate(members):
         model = call.model
         found = stats.get(model) if model is not None else None
@@ -406,7 +478,8 @@ def _token_levers(
             if cut > 0:
                 trimmed[index] = duration - cut
                 trimmed_models[model] = None
-                trimmed_basis = max(trimmed_basis, fit.n)
+                if fit.n > trimmed_basis:
+                    trimmed_basis, trimmed_test = fit.n, _fit_test(fit)
         rate = found.ms_per_output_token
         out = call.output_tokens
         if rate is not None and rate > 0 and out is not None and found.output_p50 is not None:
@@ -418,16 +491,32 @@ def _token_levers(
             if cut > 0:
                 cut_short[index] = duration - cut
                 cut_models[model] = None
-                cut_basis = max(cut_basis, found.rate_calls)
+                if found.rate_calls > cut_basis:
+                    cut_basis = found.rate_calls
+                    cut_test = (
+                        "rank test (Kendall): generation time grows with output tokens, one-sided 2.5%"
+                        if found.rate_from == "streamed"
+                        else "Theil-Sen fit of duration on output tokens: 95% interval above zero, "
+                        f"R² at least {MIN_R_SQUARED}"
+                    )
     found_levers: list[Finding] = []
-    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int], ...] = (
-        ("context_size", trimmed, trimmed_models, trimmed_basis),
-        ("output_length", cut_short, cut_models, cut_basis),
+    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int, str], ...] = (
+        ("context_size", trimmed, trimmed_models, trimmed_basis, trimmed_test),
+        ("output_length", cut_short, cut_models, cut_basis, cut_test),
     )
-    for kind, shorter, models, basis in levers:
+    for kind, shorter, models, basis, test in levers:
         if shorter:
             saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
-            if saving >= MIN_SAVING_MS:
+            if saving > 0:
                 ids = _span_ids(members, shorter)
-                found_levers.append(Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids))
+                found_levers.append(
+                    Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids, test=test)
+                )
     return found_levers
+
+
+def _fit_test(fit: Fit) -> str:
+    return (
+        f"Theil-Sen fit over {fit.n} calls: slope's 95% interval above zero, R² {fit.r_squared:.2f} "
+        f"(at least {MIN_R_SQUARED})"
+    )

@@ -9,6 +9,12 @@ doubles, then every :data:`REFRESH` calls (so the statistics describe the last
 :data:`WINDOW` calls as of at most that many calls ago), and each fit uses at most
 :data:`FIT_POINTS` points, so a root's end rarely pays for one.
 
+Whether the data supports a fit (of latency on tokens, or the rank test of the per-token
+rate) is tested rarely: once the series' window is full, then every :data:`RETEST` calls,
+each time at half the level of the time before. Between tests a fit that passed is
+refreshed, and one that failed stays off, so that on traffic where time does not grow
+with tokens the processor gives no more such estimates than ``report`` does.
+
 Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
 are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
 is needed: a race can only make an estimate one call staler.
@@ -16,63 +22,104 @@ is needed: a race can only make an estimate one call staler.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from latency_budget._config.model import StageBudget
+from latency_budget import _guard
+from latency_budget._config.model import BudgetSet
 from latency_budget._core.call_facts import Call, RawCall, calls_of
+from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
-from latency_budget._core.levers import ModelStats, request_levers, summarise
+from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
 from latency_budget._core.report import TraceReport
 
 __all__ = [
     "EXACT_UP_TO",
     "FIT_POINTS",
     "MAX_KEYS",
+    "MAX_NAME_CHARS",
     "MAX_SERIES",
     "REFRESH",
+    "RETEST",
     "WINDOW",
+    "WINDOW_BYTES",
     "RecentCalls",
     "add_lever_hints",
 ]
 
 WINDOW = 64  # calls remembered per model and stage
+RETEST = 16 * WINDOW  # calls between two tests of a series' fits (the first when its window is full)
 EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
 REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
+MAX_NAME_CHARS = 128  # a kept model, response model or provider name is cut to this many characters
+# What the kept calls may hold at most, in bytes (CPython): per call its slots and three
+# names of MAX_NAME_CHARS characters of up to 4 bytes; per series its key; the identities.
+_CALL_BYTES = 200 + 3 * (80 + 4 * MAX_NAME_CHARS)
+WINDOW_BYTES = MAX_SERIES * (WINDOW * _CALL_BYTES + 80 + 4 * MAX_NAME_CHARS + 1024) + MAX_KEYS * 120
+
+
+def _decision_z(decision: int) -> float:
+    """The level of a series' ``decision``-th test of its fits: 2.5% / 2^decision, one-sided.
+
+    The levels add up to 2.5% at most over a series' life, so a model whose time does not
+    grow with its tokens gets a fit in no more series than one test at 2.5% would give.
+    """
+    return z_for(0.025 / 2**decision)
 
 
 class _Series:
     """The recent calls of one model in one stage, and their statistics."""
 
-    __slots__ = ("added", "calls", "due", "stats")
+    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "stats")
 
     def __init__(self) -> None:
         self.calls: deque[Call] = deque(maxlen=WINDOW)
         self.added = 0
         self.due = 1
         self.stats: ModelStats | None = None
+        self.decide_at = WINDOW  # when its fits are next tested
+        self.decisions = 0
+        self.passed: frozenset[FitName] = frozenset()  # the fits the last test supported
 
     def summary(self) -> ModelStats | None:
         added = self.added
         if added >= self.due:
             snapshot = list(self.calls)
-            if snapshot:
-                self.stats = summarise(snapshot, max_fit_points=FIT_POINTS)
+            if snapshot and added >= self.decide_at:
+                # Test the fits on the whole window, rarely: a fit re-tested at every refresh
+                # of overlapping windows would pass by chance far more often than once.
+                self.decisions += 1
+                self.decide_at = added + RETEST
+                stats = summarise(snapshot, max_fit_points=WINDOW, z=_decision_z(self.decisions))
+                self.passed = passed_fits(stats)
+                self.stats = stats
+            elif snapshot:
+                # Between tests, the fits that passed are refreshed (a positive slope is all
+                # they must keep); the others stay off.
+                self.stats = summarise(snapshot, max_fit_points=FIT_POINTS, z=0.0, fits=self.passed)
             # After every call up to EXACT_UP_TO calls, then each time they double, then every REFRESH.
             self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + REFRESH)
         return self.stats
 
 
 class RecentCalls:
-    """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces."""
+    """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces.
+
+    Bounded in bytes, whatever the spans carry: at most :data:`WINDOW_BYTES`. Names kept
+    across requests (model, response model, provider) are cut to :data:`MAX_NAME_CHARS`
+    characters; ``cut`` counts the calls whose names were cut.
+    """
 
     def __init__(self) -> None:
         self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
         self._count = 0
         self._keys: dict[int, None] = {}  # oldest first
+        self.cut = 0
 
     def add(self, calls: Sequence[Call]) -> bool:
         """Remember the model calls among ``calls``; whether a lever may apply to them.
@@ -89,6 +136,14 @@ class RecentCalls:
             model = call.model
             if model is None:
                 continue
+            response, provider = call.response_model, call.provider
+            if (
+                len(model) > MAX_NAME_CHARS
+                or (response is not None and len(response) > MAX_NAME_CHARS)
+                or (provider is not None and len(provider) > MAX_NAME_CHARS)
+            ):
+                call = self._capped(call)  # noqa: PLW2901 (the kept copy)
+                model = call.model or ""
             if call.generation and not call.streamed and not call.to_tools:
                 maybe = True  # a streaming candidate
             models = self._series.get(call.stage)
@@ -122,6 +177,25 @@ class RecentCalls:
                 return True
         return False
 
+    def _capped(self, call: Call) -> Call:
+        """A copy of ``call`` whose names are at most MAX_NAME_CHARS long (logged once, counted)."""
+        self.cut += 1
+        if self.cut == 1:
+            _guard.log_once(
+                ("recent-calls", "cut"),
+                logging.WARNING,
+                "latency_budget: a model, response model or provider name longer than %d characters was cut "
+                "to that length for the lever estimates (further cuts are counted, not logged)",
+                MAX_NAME_CHARS,
+            )
+        return replace(
+            call,
+            model=_cut(call.model),
+            response_model=_cut(call.response_model),
+            provider=_cut(call.provider),
+            target=_cut(call.target),
+        )
+
     def remember(self, calls: Sequence[Call]) -> None:
         """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
         keys = self._keys
@@ -153,23 +227,28 @@ class RecentCalls:
         return key in self._keys
 
 
+def _cut(name: str | None) -> str | None:
+    return name[:MAX_NAME_CHARS] if name is not None and len(name) > MAX_NAME_CHARS else name
+
+
 def add_lever_hints(
     recent: RecentCalls,
     raw: Sequence[RawCall],
-    stages: Sequence[StageBudget],
+    budgets: BudgetSet,
     report: TraceReport,
     names: Mapping[int, str] | None = None,
 ) -> None:
     """Give ``report`` its calls and a hint per lever that recent calls give an estimate for.
 
+    ``budgets`` (the request's profile) gives the stages and ``hints.min_saving_ms``;
     ``names`` (span id -> name) names the spans of each hint, as for the other hints.
     """
-    calls = calls_of(raw, stages)
+    calls = calls_of(raw, budgets.stages)
     if not calls:
         return
     report.calls = calls
     maybe = recent.add(calls)  # this trace's own calls count too
-    findings = request_levers(calls, report, recent) if maybe else ()
+    findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms) if maybe else ()
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
     if not findings:
         return

@@ -294,7 +294,7 @@ class TraceState:
                 by_stage[budget.name] = ns / 1e6
             critical_ms: dict[str, float] | None = by_stage
             unattributed_ms = unattributed / 1e6
-            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested)
+            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested, critical)
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
             critical_ms = {budget.name: 0.0 for budget in stages}

@@ -2,9 +2,10 @@
 
 Time is simulated: every span gets explicit start and end timestamps from its plan, so a
 run takes a fraction of the time it describes. ``concurrency`` simulated users send
-requests back to back (a closed loop), and the same number of threads emit them, so the
-processor sees traces interleave as it would in a busy service. Trace and span ids come
-from the seed too: a seed reproduces a run exactly, whatever the threads do.
+requests back to back (a closed loop): their requests overlap in time. One thread emits
+them, each whole, in their start order, so the processor sees the same traces end in the
+same order in every run. Trace and span ids come from the seed too: a seed reproduces a
+run exactly, its lever hints included.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -136,7 +136,7 @@ def run_demo(
     exported when it is ``None``), which is flushed and shut down before this returns.
     The run is laid out so that it ends at ``end_time_ns`` (default: now), which keeps
     its traces inside a tracing backend's default search window.
-    ``on_progress(done, total)`` is called from the emitting threads. ``on_report`` adds
+    ``on_progress(done, total)`` is called after each request is emitted. ``on_report`` adds
     sinks for the processor's reports, such as :class:`~latency_budget.export.ViolationLogEmitter`
     and :class:`~latency_budget.export.BudgetMetrics` (the caller flushes their providers).
     """
@@ -183,9 +183,11 @@ def run_demo(
             on_progress(finished, requests)
 
     try:
-        with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="demo-user") as pool:
-            for _ in pool.map(emit, range(requests)):
-                pass
+        # One thread, in the requests' start order: the processor sees the roots end in an
+        # order that depends on the seed alone, so its recent-call statistics, and with them
+        # every lever hint, repeat from run to run (threads would end them in any order).
+        for index in sorted(range(requests), key=lambda i: (starts[i], i)):
+            emit(index)
     finally:
         provider.force_flush()
         provider.shutdown()

@@ -60,19 +60,15 @@ def load_config(settings: Settings) -> BudgetConfig | None:
 
 
 def report_sinks(settings: Settings) -> list[ReportCallback]:
-    """The log and metric sinks the settings ask for, on the global providers.
+    """The log and metric sinks the settings ask for, on the global providers (hint log
+    records wherever violation log records go, unless ``OTEL_LATENCY_BUDGET_HINT_LOGS_ENABLED=false``).
 
     Built before the SDK sets its logger and meter providers is fine: the API's proxies
     forward to them once they are set.
     """
-    from latency_budget.export import BudgetMetrics, ViolationLogEmitter  # noqa: PLC0415 (only when enabled)
+    from latency_budget.export.sinks import report_sinks as sinks  # noqa: PLC0415 (only when enabled)
 
-    sinks: list[ReportCallback] = []
-    if settings.logs:
-        sinks.append(ViolationLogEmitter())
-    if settings.metrics:
-        sinks.append(BudgetMetrics())
-    return sinks
+    return sinks(logs=settings.logs, metrics=settings.metrics)
 
 
 def _budget_processor(

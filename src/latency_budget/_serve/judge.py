@@ -75,7 +75,7 @@ class Judge:
             state, report = judged.state, judged.report
             if state.calls:
                 try:
-                    add_lever_hints(self._recent, state.outermost_calls(), state.budgets.stages, report, state.names)
+                    add_lever_hints(self._recent, state.outermost_calls(), state.budgets, report, state.names)
                 except Exception as exc:  # the verdict stands without the lever hints
                     logger.debug("latency_budget serve: lever hints failed: %r", exc)
             extra, events = root_annotation(

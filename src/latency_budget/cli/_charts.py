@@ -10,15 +10,16 @@ a fit.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
 from latency_budget._encode import html_text
 
-from ._levers import LeverAnalysis, ModelRow
+from ._levers import LeverAnalysis, ModelRow, fit_caption
 from ._where import total_text
 
-__all__ = ["LEVER_CSS", "context_section", "escape", "models_section", "nice_ceiling", "where_section"]
+__all__ = ["LEVER_CSS", "context_section", "escape", "models_section", "nice_ceiling", "svg_ticks", "where_section"]
 
 LEVER_CSS = """
 table.levers { border-collapse: collapse; background: var(--card); width: 100%; }
@@ -140,11 +141,7 @@ def _models_chart(rows: list[ModelRow]) -> str:
                 f'<circle class="ttft" cx="{x(first):.1f}" cy="{mid:.1f}" r="4">'
                 f"<title>{escape(f'{row.model}: median first token {format_ms(first)}')}</title></circle>"
             )
-    for tick in (0.0, span / 4, span / 2, 3 * span / 4, span):
-        anchor = "start" if tick == 0 else "end" if tick == span else "middle"
-        parts.append(
-            f'<text x="{x(tick):.1f}" y="{height - 6}" text-anchor="{anchor}">{escape(format_ms(tick))}</text>'
-        )
+    parts.extend(svg_ticks(span, x, height - 6, format_ms))
     parts.append("</svg>")
     return "".join(parts)
 
@@ -179,12 +176,20 @@ def context_section(levers: LeverAnalysis) -> str:
 
 
 def _fit_caption(fit: Fit | None, reason: str) -> str:
-    if fit is None:
-        return f"no fit ({reason})"
-    return (
-        f"{format_ms(fit.slope * 1000)} per 1,000 tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
-        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}"
-    )
+    return fit_caption(fit) if fit is not None else f"no fit ({reason})"
+
+
+def svg_ticks(
+    span: float, x: Callable[[float], float], y: float, label: Callable[[float], str], *, steps: int = 4
+) -> list[str]:
+    """The labels of a horizontal axis from 0 to ``span`` in ``steps`` equal steps: the first
+    anchored at its start, the last at its end, the others centred (escaped for HTML and SVG)."""
+    parts = []
+    for step in range(steps + 1):
+        tick = span * step / steps
+        anchor = "start" if step == 0 else "end" if step == steps else "middle"
+        parts.append(f'<text x="{x(tick):.1f}" y="{y}" text-anchor="{anchor}">{escape(label(tick))}</text>')
+    return parts
 
 
 def _scatter(points: list[tuple[float, float]], fit: Fit | None, dot: str, line: str, what: str) -> str:
@@ -214,9 +219,7 @@ def _scatter(points: list[tuple[float, float]], fit: Fit | None, dot: str, line:
             f'x2="{px(fit.x_high):.1f}" y2="{py(fit.predict(fit.x_high)):.1f}">'
             f"<title>{escape(_fit_caption(fit, ''))}</title></line>"
         )
-    for tick in (0.0, x_span / 2, x_span):
-        anchor = "start" if tick == 0 else "end" if tick == x_span else "middle"
-        parts.append(f'<text x="{px(tick):.1f}" y="{_SC_H - 14}" text-anchor="{anchor}">{tick:,.0f}</text>')
+    parts.extend(svg_ticks(x_span, px, _SC_H - 14, lambda tick: f"{tick:,.0f}", steps=2))
     parts.append(f'<text x="{_SC_W - _PAD_R}" y="{_SC_H - 2}" text-anchor="end">input tokens</text>')
     for tick in (0.0, y_span / 2, y_span):
         parts.append(f'<text x="{_SC_L - 4}" y="{py(tick) + 4:.1f}" text-anchor="end">{escape(format_ms(tick))}</text>')

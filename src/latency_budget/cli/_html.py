@@ -18,7 +18,7 @@ from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
 from latency_budget.cli.stats import StageSummary
 
-from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, where_section
+from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, svg_ticks, where_section
 from ._levers import LeverAnalysis
 from ._recorded import Recorded
 from ._summary import QUANTILES, format_rate
@@ -234,9 +234,7 @@ def _histogram(values: Sequence[float], budget: float | None, marks: list[tuple[
                 f'<line class="pct" x1="{x(mark):.1f}" y1="{_PAD_T + plot_h}" x2="{x(mark):.1f}" '
                 f'y2="{_PAD_T + plot_h + 5}"><title>p{q:g} {_e(format_ms(mark))}</title></line>'
             )
-    for tick in (0.0, span / 4, span / 2, 3 * span / 4, span):
-        anchor = "start" if tick == 0 else "end" if tick == span else "middle"
-        parts.append(f'<text x="{x(tick):.1f}" y="{_CHART_H - 4}" text-anchor="{anchor}">{_e(format_ms(tick))}</text>')
+    parts.extend(svg_ticks(span, x, _CHART_H - 4, format_ms))
     if budget is not None:
         bx = x(budget)
         parts.append(f'<line class="budget" x1="{bx:.1f}" y1="{_PAD_T - 4}" x2="{bx:.1f}" y2="{_PAD_T + plot_h}"/>')

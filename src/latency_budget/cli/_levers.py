@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
 
+from latency_budget._config import BudgetConfig
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.estimators import Fit, fit_or_reason
+from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves, unknown_kind
 from latency_budget._core.levers import (
     MIN_MODEL_CALLS,
     MIN_STREAMED,
@@ -26,9 +28,8 @@ from latency_budget._core.levers import (
 from latency_budget._core.report import TraceReport, format_ms
 from latency_budget.cli.stats import percentile
 
-__all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers"]
+__all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers", "fit_caption"]
 
-_SHAPE_KINDS = ("sequential_calls", "iterations")  # hints read from the trace's shape
 _SCATTER_POINTS = 300  # points kept per context-size plot
 
 
@@ -41,15 +42,16 @@ class LeverSummary:
     ``saves`` says whose time it saves: the whole request's, or its first token's.
     """
 
-    kind: str
+    kind: HintKind
     stage: str
     of_requests: int
     savings_ms: tuple[float, ...]
     unestimated: int
-    saves: Literal["end_to_end", "first_token"]
+    saves: Saves
     targets: tuple[str, ...]  # models, tools or data sources involved, most frequent first
     basis: str  # what the estimate rests on, for people
     advice: str  # what to try, for people
+    test: str = ""  # what the data passed for the estimate to be given (empty for the shape's hints)
 
     @property
     def requests(self) -> int:
@@ -120,37 +122,53 @@ class ContextRow:
 
 @dataclass(frozen=True, slots=True)
 class LeverAnalysis:
-    """Where to win, the models by stage and the context-size fits, over ``requests`` requests."""
+    """Where to win, the models by stage and the context-size fits, over ``requests`` requests.
+
+    ``left_out`` counts the findings (a lever in a request) whose estimated saving was
+    below their profile's ``hints.min_saving_ms``, and that are in no figure here.
+    """
 
     requests: int
     levers: tuple[LeverSummary, ...]  # largest total saving first; levers without estimates last
     models: tuple[ModelRow, ...]
     contexts: tuple[ContextRow, ...]
+    left_out: int = 0
 
 
-def analyse_levers(reports: Sequence[TraceReport]) -> LeverAnalysis:
-    """Estimate every lever in every request, and aggregate them."""
+def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None = None) -> LeverAnalysis:
+    """Estimate every lever in every request, and aggregate them.
+
+    Each request's findings are held to its profile's ``hints.min_saving_ms`` in
+    ``config`` (the default threshold without one), as the processor holds its hints.
+    """
     ordered = sorted(reports, key=lambda r: (r.start_time_ns or 0, r.trace_id or 0, r.span_id or 0))
     baseline = RecordedBaseline(call for report in ordered for call in report.calls)
-    savings: dict[tuple[str, str], list[float]] = {}
-    unestimated: Counter[tuple[str, str]] = Counter()
-    targets: dict[tuple[str, str], Counter[str]] = {}
-    within: Counter[tuple[str, str]] = Counter()
-    repeats: Counter[tuple[str, str]] = Counter()
+    savings: dict[tuple[HintKind, str], list[float]] = {}
+    unestimated: Counter[tuple[HintKind, str]] = Counter()
+    targets: dict[tuple[HintKind, str], Counter[str]] = {}
+    within: Counter[tuple[HintKind, str]] = Counter()
+    repeats: Counter[tuple[HintKind, str]] = Counter()
+    tests: dict[tuple[HintKind, str], str] = {}
+    left_out: list[Finding] = []
+    thresholds: dict[str, float] = {}
     for report in ordered:
-        per_request: dict[tuple[str, str], float] = {}
-        for finding in request_levers(report.calls, report, baseline):
-            key: tuple[str, str] = (finding.kind, finding.stage)
+        per_request: dict[tuple[HintKind, str], float] = {}
+        least = thresholds.get(report.profile)
+        if least is None:
+            least = thresholds[report.profile] = _threshold(config, report.profile)
+        for finding in request_levers(report.calls, report, baseline, min_saving_ms=least, left_out=left_out):
+            key: tuple[HintKind, str] = (finding.kind, finding.stage)
             targets.setdefault(key, Counter()).update(_people(finding))
             if finding.saving_ms is None:
                 unestimated[key] += 1
                 continue
             per_request[key] = finding.saving_ms
+            tests.setdefault(key, finding.test)
             if finding.kind == "cache":
                 within[key] += finding.repeated_within
                 repeats[key] += finding.spans
         for hint in report.hints:
-            if hint.kind in _SHAPE_KINDS:
+            if hint.kind in SHAPE_KINDS:
                 key = (hint.kind, hint.stage)
                 per_request[key] = per_request.get(key, 0.0) + hint.potential_savings_ms
         for key, value in per_request.items():
@@ -167,11 +185,31 @@ def analyse_levers(reports: Sequence[TraceReport]) -> LeverAnalysis:
             baseline,
             within[key],
             repeats[key],
+            tests.get(key, ""),
         )
         for key in keys
     ]
     levers.sort(key=lambda lever: (not lever.savings_ms, -lever.total_ms, lever.kind, lever.stage))
-    return LeverAnalysis(len(ordered), tuple(levers), tuple(_model_rows(baseline)), tuple(_context_rows(baseline)))
+    return LeverAnalysis(
+        len(ordered), tuple(levers), tuple(_model_rows(baseline)), tuple(_context_rows(baseline)), len(left_out)
+    )
+
+
+def _threshold(config: BudgetConfig | None, profile: str) -> float:
+    if config is None:
+        return DEFAULT_MIN_SAVING_MS
+    try:
+        return config.budgets_by_profile(profile).min_saving_ms
+    except KeyError:  # a report of a profile the file no longer has
+        return config.default.min_saving_ms
+
+
+def fit_caption(fit: Fit) -> str:
+    """A Theil-Sen fit of milliseconds on tokens, for people: the one wording of the text, tables and page."""
+    return (
+        f"{format_ms(fit.slope * 1000)} per 1,000 tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
+        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}"
+    )
 
 
 def _people(finding: Finding) -> list[str]:
@@ -180,7 +218,7 @@ def _people(finding: Finding) -> list[str]:
 
 
 def _summary(
-    key: tuple[str, str],
+    key: tuple[HintKind, str],
     of_requests: int,
     savings: tuple[float, ...],
     unestimated: int,
@@ -188,69 +226,72 @@ def _summary(
     baseline: RecordedBaseline,
     within: int,
     repeats: int,
+    test: str,
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
     stats = baseline.stats(stage, main) if main is not None else None
     named = _names(targets)
     basis, advice = "", ""
-    if kind == "streaming":
-        if stats is not None and stats.first_token_p50_ms is not None and stats.streamed >= MIN_STREAMED:
-            first = format_ms(stats.first_token_p50_ms)
-            basis = f"median first token of {stats.streamed} streamed calls of {main}: {first}"
-        if unestimated:
-            basis += (
-                "; " if basis else ""
-            ) + f"no estimate in {unestimated} requests: fewer than {MIN_STREAMED} streamed calls of the model"
-        advice = f"stream the responses of {named} (gen_ai.request.stream): the user sees the first token sooner"
-    elif kind == "cache":
-        earlier = repeats - within
-        basis = (
-            f"{repeats} calls identical to an earlier one ({within} within a request, {earlier} from an "
-            "earlier request), if a cache hit cost nothing"
-        )
-        advice = f"cache the results of {named}: identical calls repeat"
-    elif kind == "model_choice":
-        compared = [(m, s) for m, s in baseline.models(stage) if s.n >= MIN_MODEL_CALLS]
-        fastest = min(compared, key=lambda item: (item[1].duration_p50_ms, item[0]))
-        if stats is not None:
+    match kind:
+        case "streaming":
+            if stats is not None and stats.first_token_p50_ms is not None and stats.streamed >= MIN_STREAMED:
+                first = format_ms(stats.first_token_p50_ms)
+                basis = f"median first token of {stats.streamed} streamed calls of {main}: {first}"
+            if unestimated:
+                basis += (
+                    "; " if basis else ""
+                ) + f"no estimate in {unestimated} requests: fewer than {MIN_STREAMED} streamed calls of the model"
+            advice = f"stream the responses of {named} (gen_ai.request.stream): the user sees the first token sooner"
+        case "cache":
+            earlier = repeats - within
             basis = (
-                f"median call of {main} {format_ms(stats.duration_p50_ms)} (n {stats.n}) against "
-                f"{fastest[0]} {format_ms(fastest[1].duration_p50_ms)} (n {fastest[1].n}) in {stage}"
+                f"{repeats} calls identical to an earlier one ({within} within a request, {earlier} from an "
+                "earlier request), if a cache hit cost nothing"
             )
-        advice = f"try {fastest[0]} instead of {named} in {stage}, where its answers are good enough"
-    elif kind == "context_size":
-        fit = stats.context_fit if stats is not None else None
-        if fit is not None and stats is not None and stats.input_p50 is not None:
-            what = "first token" if fit is stats.first_token_fit else "duration"
-            basis = (
-                f"Theil-Sen fit of {what} over {fit.n} calls of {main}: {format_ms(fit.slope * 1000)} per 1,000 "
-                f"input tokens (95% CI {format_ms(fit.slope_low * 1000)} to {format_ms(fit.slope_high * 1000)}, "
-                f"R² {fit.r_squared:.2f}); contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
-            )
-            advice = (
-                f"trim the context of {named} calls (fewer or shorter documents, a summarised history): "
-                f"each 1,000 input tokens cost about {format_ms(fit.slope * 1000)}"
-            )
-    elif kind == "output_length":
-        if stats is not None and stats.ms_per_output_token is not None and stats.output_p50 is not None:
-            source = "median over" if stats.rate_from == "streamed" else "Theil-Sen fit over"
-            basis = (
-                f"{format_ms(stats.ms_per_output_token)} per output token of {main} ({source} {stats.rate_calls} "
-                f"calls); outputs above the median {stats.output_p50:,.0f} tokens cut to it"
-            )
-            advice = (
-                f"ask {named} for shorter output (max_tokens, a terser prompt): each 100 output tokens cost "
-                f"about {format_ms(stats.ms_per_output_token * 100)}"
-            )
-    elif kind == "sequential_calls":
-        basis = "back-to-back sibling calls: their sum minus the longest"
-        advice = f"run independent {stage} spans concurrently (asyncio.gather, a thread pool)"
-    elif kind == "iterations":
-        basis = "the calls past max_calls, in start order"
-        advice = f"cut {stage} iterations: better tools or a planning step, or a lower max_calls"
-    saves: Literal["end_to_end", "first_token"] = "first_token" if kind == "streaming" else "end_to_end"
-    return LeverSummary(kind, stage, of_requests, savings, unestimated, saves, targets, basis, advice)
+            advice = f"cache the results of {named}: identical calls repeat"
+        case "model_choice":
+            compared = [(m, s) for m, s in baseline.models(stage) if s.n >= MIN_MODEL_CALLS]
+            fastest = min(compared, key=lambda item: (item[1].duration_p50_ms, item[0]))
+            if stats is not None:
+                basis = (
+                    f"median call of {main} {format_ms(stats.duration_p50_ms)} (n {stats.n}) against "
+                    f"{fastest[0]} {format_ms(fastest[1].duration_p50_ms)} (n {fastest[1].n}) in {stage}"
+                )
+            advice = f"try {fastest[0]} instead of {named} in {stage}, where its answers are good enough"
+        case "context_size":
+            fit = stats.context_fit if stats is not None else None
+            if fit is not None and stats is not None and stats.input_p50 is not None:
+                what = "first token" if fit is stats.first_token_fit else "duration"
+                basis = (
+                    f"Theil-Sen fit of {what} on input tokens of {main}: {fit_caption(fit)}; "
+                    f"contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
+                )
+                advice = (
+                    f"trim the context of {named} calls (fewer or shorter documents, a summarised history): "
+                    f"each 1,000 input tokens cost about {format_ms(fit.slope * 1000)}"
+                )
+        case "output_length":
+            if stats is not None and stats.ms_per_output_token is not None and stats.output_p50 is not None:
+                source = "median over" if stats.rate_from == "streamed" else "Theil-Sen fit over"
+                basis = (
+                    f"{format_ms(stats.ms_per_output_token)} per output token of {main} ({source} {stats.rate_calls} "
+                    f"calls); outputs above the median {stats.output_p50:,.0f} tokens cut to it"
+                )
+                advice = (
+                    f"ask {named} for shorter output (max_tokens, a terser prompt): each 100 output tokens cost "
+                    f"about {format_ms(stats.ms_per_output_token * 100)}"
+                )
+        case "sequential_calls":
+            basis = "back-to-back sibling calls, each run made concurrent: the stage's time before less after"
+            advice = f"run independent {stage} spans concurrently (asyncio.gather, a thread pool)"
+        case "iterations":
+            basis = "the calls past max_calls, in start order"
+            advice = f"cut {stage} iterations: better tools or a planning step, or a lower max_calls"
+        case _:
+            unknown_kind(kind)
+    saves = KINDS[kind].saves
+    return LeverSummary(kind, stage, of_requests, savings, unestimated, saves, targets, basis, advice, test)
 
 
 def _names(targets: tuple[str, ...]) -> str:

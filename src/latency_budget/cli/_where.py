@@ -11,7 +11,7 @@ from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 
-from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow
+from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow, fit_caption
 from ._table import markdown_table, text_table
 
 __all__ = [
@@ -60,7 +60,8 @@ def _title(analysis: LeverAnalysis) -> str:
 def _advice(n: int, lever: LeverSummary, *, markdown: bool = False) -> str:
     """One numbered line; names from the traces in it are shown as terminal or Markdown text."""
     basis = f" Based on {lever.basis}." if lever.basis else ""
-    text = f"{lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}"
+    test = f" Passed: {lever.test}." if lever.test else ""
+    text = f"{lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}{test}"
     return f"{n}. {markdown_text(text) if markdown else terminal_text(text)}"
 
 
@@ -71,15 +72,24 @@ def _markdown_names(rows: list[list[str]], columns: int) -> list[list[str]]:
 
 def where_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
     """The ranked levers as a table, then one line each: what to try, and what the estimate rests on."""
+    under = _left_out(analysis)
     if not analysis.levers:
-        return ["Where to win: no lever applies to these requests."]
+        return ["Where to win: no lever applies to these requests.", *under]
     rows = [_lever_cells(lever) for lever in analysis.levers]
     if markdown:
         table = markdown_table(_LEVER_HEADER, _markdown_names(rows, 2), right=range(2, 6))
         advice = [_advice(n, lever, markdown=True) for n, lever in _numbered(analysis)]
-        return [f"**{_title(analysis)}**", "", table, "", *advice]
+        return [f"**{_title(analysis)}**", "", table, "", *advice, *(markdown_text(line) for line in under)]
     table = text_table(_LEVER_HEADER, rows, right=range(2, 6))
-    return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis))]
+    return [_title(analysis), table, *(_advice(n, lever) for n, lever in _numbered(analysis)), *under]
+
+
+def _left_out(analysis: LeverAnalysis) -> list[str]:
+    """One line saying how many findings the saving threshold left out, when any."""
+    n = analysis.left_out
+    if not n:
+        return []
+    return [f"Left out: {n} finding{'s' if n != 1 else ''} that would save less than hints.min_saving_ms."]
 
 
 def _numbered(analysis: LeverAnalysis) -> list[tuple[int, LeverSummary]]:
@@ -128,12 +138,7 @@ def model_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]
 
 
 def _fit_text(fit: Fit | None, reason: str) -> str:
-    if fit is None:
-        return f"no fit: {reason}"
-    return (
-        f"{format_ms(fit.slope * 1000)} per 1k tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
-        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}"
-    )
+    return fit_caption(fit) if fit is not None else f"no fit: {reason}"
 
 
 def _context_cells(row: ContextRow) -> list[str]:
@@ -180,6 +185,7 @@ def _fit_json(fit: Fit | None, reason: str) -> dict[str, Any]:
 def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
     """The whole analysis as plain JSON-ready data."""
     return {
+        "left_out_under_min_saving_ms": analysis.left_out,
         "where_to_win": [
             {
                 "kind": lever.kind,
@@ -193,6 +199,7 @@ def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
                 "savings_total_ms": lever.total_ms,
                 "targets": list(lever.targets),
                 "basis": lever.basis,
+                "test": lever.test,
                 "try": lever.advice,
             }
             for lever in analysis.levers

@@ -221,7 +221,7 @@ def _table(
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
         lines += ["", *where]
-    lines += ["", *where_lines(analyse_levers(recorded.reports))]
+    lines += ["", *where_lines(analyse_levers(recorded.reports, recorded.config))]
     lines += ["", terminal_text(_verdict(checks, failed, warned, q))]
     return "\n".join(lines)
 
@@ -262,7 +262,7 @@ def _markdown(
     where = optimisation_lines(optimisation(recorded.reports))
     if where:
         parts += ["", *(f"{markdown_text(line)}  " for line in where)]
-    levers = where_lines(analyse_levers(recorded.reports), markdown=True)
+    levers = where_lines(analyse_levers(recorded.reports, recorded.config), markdown=True)
     parts += ["", *(line + "  " if line[:1].isdigit() else line for line in levers)]
     parts += ["", markdown_text(_verdict(checks, failed, warned, q))]
     return "\n".join(parts)
@@ -289,5 +289,5 @@ def _json(
         "not_seen": unseen,
         "input_repairs": recorded.traces.repairs.as_json(),
         **optimisation_json(optimisation(recorded.reports)),
-        "where_to_win": levers_json(analyse_levers(recorded.reports))["where_to_win"],
+        "where_to_win": levers_json(analyse_levers(recorded.reports, recorded.config))["where_to_win"],
     }

@@ -22,8 +22,8 @@ from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
 from latency_budget.cli.stats import optimisation, summarize
-from latency_budget.export import BudgetMetrics, HintLogEmitter, ViolationLogEmitter
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
+from latency_budget.export.sinks import report_sinks
 
 from ._common import CliError, example_epilog, load_budgets_option, raw_help
 from ._levers import analyse_levers
@@ -250,7 +250,7 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
             logger_provider.shutdown()
             meter_provider.shutdown()
 
-    return [ViolationLogEmitter(logger_provider), HintLogEmitter(logger_provider), BudgetMetrics(meter_provider)], close
+    return report_sinks(logger_provider=logger_provider, meter_provider=meter_provider), close
 
 
 def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> str:
@@ -267,7 +267,7 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     over = f"{summary.violated} over an error-level budget"
     lines += ["", f"Summary of {summary.requests} requests ({over}):", summary_table(summary), ""]
     lines += closing_lines(summary, optimisation(reports))
-    lines += ["", *where_lines(analyse_levers(reports))]
+    lines += ["", *where_lines(analyse_levers(reports, result.config))]
     missing = len(result.requests) - len(judged)
     if missing:
         lines.append(f"Warning: the processor made no report for {missing} requests.")

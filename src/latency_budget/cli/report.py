@@ -63,7 +63,7 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report (and write the HTML page)."""
     recorded = load_recorded(args)
-    levers = analyse_levers(recorded.reports)
+    levers = analyse_levers(recorded.reports, recorded.config)
     page = render_html(recorded, levers) if args.html else None
     if args.format == "json":
         output = json.dumps(

@@ -3,5 +3,14 @@
 from latency_budget.export.logs import HintLogEmitter, ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
 from latency_budget.export.setup import Telemetry, configure
+from latency_budget.export.sinks import ENV_HINT_LOGS_ENABLED, report_sinks
 
-__all__ = ["BudgetMetrics", "HintLogEmitter", "Telemetry", "ViolationLogEmitter", "configure"]
+__all__ = [
+    "ENV_HINT_LOGS_ENABLED",
+    "BudgetMetrics",
+    "HintLogEmitter",
+    "Telemetry",
+    "ViolationLogEmitter",
+    "configure",
+    "report_sinks",
+]

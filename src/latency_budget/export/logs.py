@@ -11,6 +11,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from latency_budget import _attributes as attr
 from latency_budget._core.annotate import hint_attributes, violation_attributes
 from latency_budget._core.hints import Hint
+from latency_budget._core.kinds import KINDS
 from latency_budget._core.report import TraceReport, Violation, format_ms
 from latency_budget._version import __version__
 
@@ -106,21 +107,10 @@ class HintLogEmitter:
             )
 
 
-_HINT_TEXT = {
-    "sequential_calls": "{calls} ran one after another; run concurrently they would save {saving}",
-    "iterations": "{calls} past max_calls took {saving}",
-    "streaming": "streaming the response would bring the first token about {saving} sooner",
-    "cache": "{calls} repeated an identical earlier call; a cache would save about {saving}",
-    "model_choice": "a faster model for {calls} would save about {saving}",
-    "context_size": "trimming the context of {calls} to the usual size would save about {saving}",
-    "output_length": "cutting the output of {calls} to the usual length would save about {saving}",
-}
-
-
 def describe_hint(hint: Hint) -> str:
     """A one-line human description, e.g. ``tool_calls: 3 calls ran one after another; ... save 230ms``."""
     calls = f"{hint.span_count} call{'' if hint.span_count == 1 else 's'}"
-    text = _HINT_TEXT[hint.kind].format(calls=calls, saving=format_ms(hint.potential_savings_ms))
+    text = KINDS[hint.kind].text.format(calls=calls, saving=format_ms(hint.potential_savings_ms))
     basis = hint.basis_count
     if basis is None or hint.kind == "cache":  # a cache hint's basis is its repeated calls, said already
         return f"{hint.stage}: {text}"

@@ -1,4 +1,4 @@
-"""``configure()``: traces, violation logs and budget metrics over OTLP in one call.
+"""``configure()``: traces, violation and hint logs and budget metrics over OTLP in one call.
 
 For applications with no OpenTelemetry setup yet. Applications that already build
 their providers add :class:`LatencyBudgetProcessor` (and, if they like, the log and
@@ -29,8 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from latency_budget._config import BudgetConfig, as_config
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget.export._otlp import otlp_target
-from latency_budget.export.logs import ViolationLogEmitter
-from latency_budget.export.metrics import BudgetMetrics
+from latency_budget.export.sinks import report_sinks
 
 __all__ = ["SHUTDOWN_TIMEOUT_S", "Telemetry", "configure"]
 
@@ -116,6 +115,7 @@ def configure(
     endpoint: str | None = None,
     protocol: str | None = None,
     logs: bool = True,
+    hint_logs: bool | None = None,
     metrics: bool = True,
     metric_interval_s: float = 10.0,
     on_report: ReportCallback | None = None,
@@ -130,6 +130,8 @@ def configure(
     per-signal endpoints come from the standard ``OTEL_EXPORTER_OTLP_*`` variables, read by
     the OTLP exporters. A bad endpoint or protocol logs one warning and falls back; it never
     stops the app.
+    ``logs`` exports a log record per violation and, unless ``hint_logs=False`` or
+    ``OTEL_LATENCY_BUDGET_HINT_LOGS_ENABLED=false``, one per hint.
     ``span_exporter`` replaces the OTLP span exporter (tests, or another backend).
     """
     config = as_config(budgets)
@@ -138,19 +140,19 @@ def configure(
     attributes = {SERVICE_NAME: service_name} if service_name else {}
     resource = Resource.create(attributes)  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES apply too
 
-    sinks: list[ReportCallback] = []
     logger_provider = None
     if logs:
         logger_provider = LoggerProvider(resource=resource)
         logger_provider.add_log_record_processor(BatchLogRecordProcessor(target.log_exporter()))
-        sinks.append(ViolationLogEmitter(logger_provider))
     meter_provider = None
     if metrics:
         reader = PeriodicExportingMetricReader(
             target.metric_exporter(), export_interval_millis=metric_interval_s * 1000
         )
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-        sinks.append(BudgetMetrics(meter_provider))
+    sinks = report_sinks(
+        logs=logs, hint_logs=hint_logs, metrics=metrics, logger_provider=logger_provider, meter_provider=meter_provider
+    )
     if on_report is not None:
         sinks.append(on_report)
 
