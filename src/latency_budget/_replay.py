@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind
@@ -26,7 +27,7 @@ from latency_budget._core.call_facts import calls_of
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 
-__all__ = ["JudgedRoot", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
+__all__ = ["JudgedRoot", "Recorded", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +54,40 @@ class SpanRecord:
     resource: Mapping[str, object] = field(default_factory=dict)
 
 
+class Recorded(Protocol):
+    """What the judging reads of a recorded span: :class:`SpanRecord`'s fields (``serve`` keeps its own kind)."""
+
+    @property
+    def trace_id(self) -> int: ...
+    @property
+    def span_id(self) -> int: ...
+    @property
+    def parent_id(self) -> int | None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def start_ns(self) -> int: ...
+    @property
+    def end_ns(self) -> int: ...
+    @property
+    def kind(self) -> SpanKind: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def attributes(self) -> Mapping[str, object]: ...
+    @property
+    def events(self) -> tuple[Event, ...]: ...
+    @property
+    def remote_parent(self) -> bool: ...
+    @property
+    def resource(self) -> Mapping[str, object]: ...
+
+
 @dataclass(slots=True)
 class JudgedRoot:
     """One judged root: the span, its trace's account, the report and the root's own stage (or -1)."""
 
-    root: SpanRecord
+    root: Recorded
     state: TraceState
     report: TraceReport
     stage: int
@@ -108,7 +138,7 @@ def evaluate_spans(
 
 def judge_roots(
     config: BudgetConfig,
-    spans: Iterable[SpanRecord],
+    spans: Iterable[Recorded],
     *,
     max_spans_per_trace: int = 1_000,
     every_root: bool = False,
@@ -122,14 +152,14 @@ def judge_roots(
     is not judged. A span's stage is decided under ``config`` resolved for its own
     resource, the root's request and profile under the root's.
     """
-    by_id: dict[tuple[int, int], SpanRecord] = {}
+    by_id: dict[tuple[int, int], Recorded] = {}
     for span in spans:
         by_id[(span.trace_id, span.span_id)] = span  # a repeated id: the last one counts
 
-    roots: dict[tuple[int, int], SpanRecord] = {}
-    members: dict[tuple[int, int], list[SpanRecord]] = {}
+    roots: dict[tuple[int, int], Recorded] = {}
+    members: dict[tuple[int, int], list[Recorded]] = {}
     if whole_trace:
-        first: dict[int, SpanRecord] = {}
+        first: dict[int, Recorded] = {}
         for span in by_id.values():
             if span.parent_id is None:
                 known = first.get(span.trace_id)
@@ -201,5 +231,5 @@ def judge_roots(
     return judged
 
 
-def _events(span: SpanRecord) -> tuple[Event, ...]:
+def _events(span: Recorded) -> tuple[Event, ...]:
     return span.events

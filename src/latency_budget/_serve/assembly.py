@@ -96,7 +96,7 @@ class TraceBuffer:
             open_traces, decided = self._open, self._decided
             new_ids = {
                 trace_id
-                for trace_id in {item.record.trace_id for item in spans}
+                for trace_id in {item.trace_id for item in spans}
                 if trace_id not in open_traces and trace_id not in decided
             }
             if open_traces and len(open_traces) + len(new_ids) > limits.max_traces:
@@ -105,7 +105,7 @@ class TraceBuffer:
                 return Refused(f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})", _retry(limits)), []
             late: dict[int, list[Received]] = {}
             for item in spans:
-                trace_id = item.record.trace_id
+                trace_id = item.trace_id
                 trace = open_traces.get(trace_id)
                 if trace is None:
                     if trace_id in decided:
@@ -117,7 +117,7 @@ class TraceBuffer:
                 trace.spans.append(item)
                 trace.last_at = now
                 trace.size += item.size
-                if item.record.parent_id is None:
+                if item.parent_id is None:
                     trace.rooted = True
                 self._bytes += item.size
                 self._spans += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
@@ -52,23 +52,20 @@ class Judge:
         """Judge the spans of one trace, annotating the judged roots' protobuf spans in place."""
         verdicts = Verdicts()
         whole = self.roots == "trace"
-        by_span = {id(item.record): item for item in spans}
-        records = [item.record for item in spans]
         if whole:
             root = _trace_root(spans)
             if root is None:
                 return verdicts
-            if attr.VERDICT in root.record.attributes:
+            if attr.VERDICT in root.attributes:
                 verdicts.already_annotated = 1
                 return verdicts
         found = judge_roots(
-            self.config, records, max_spans_per_trace=self._max_spans, whole_trace=whole, every_root=False
+            self.config, spans, max_spans_per_trace=self._max_spans, whole_trace=whole, every_root=False
         )
         if whole and not found:
             verdicts.not_requests = 1
         for judged in found:
-            item = by_span[id(judged.root)]
-            record = judged.root
+            record = cast("Received", judged.root)  # the spans given are the roots found
             if attr.VERDICT in record.attributes:  # local roots only: a whole-trace root was checked above
                 verdicts.already_annotated += 1
                 continue
@@ -91,7 +88,7 @@ class Judge:
             )
             if judged.stage >= 0:  # in process the root carries its stage label from its start
                 extra = {**state.budgets.stages[judged.stage].label, **extra}
-            annotate(item.span, extra, events, present=record.attributes.keys())
+            annotate(record.span, extra, events, present=record.attributes.keys())
             verdicts.reports.append(report)
             verdicts.judged += 1
         return verdicts
@@ -101,9 +98,6 @@ def _trace_root(spans: Sequence[Received]) -> Received | None:
     """The trace's span with no parent (the earliest, if several), as ``judge_roots`` picks it."""
     best: Received | None = None
     for item in spans:
-        record = item.record
-        if record.parent_id is None and (
-            best is None or (record.start_ns, record.span_id) < (best.record.start_ns, best.record.span_id)
-        ):
+        if item.parent_id is None and (best is None or (item.start_ns, item.span_id) < (best.start_ns, best.span_id)):
             best = item
     return best
