@@ -219,13 +219,17 @@ def decode_request(
                     rejected += 1
                     reason = reason or "a span's trace id is not 16 bytes, or a span id not 8"
                     continue
-                pairs = span.attributes
                 attributes: Mapping[str, object]
-                if wanted is None or not parent or not wanted.isdisjoint([pair.key for pair in pairs]):
-                    attributes = attributes_of(pairs)
+                if wanted is None or not parent:
+                    attributes = attributes_of(span.attributes)
                     events = _events_of(span) if span.events else ()
-                else:  # judged as a span of no stage: its attributes are never read
-                    attributes, events = _NOTHING, ()
+                else:
+                    pairs = list(span.attributes)  # read once, for the keys and (if wanted) the values
+                    if wanted.isdisjoint([pair.key for pair in pairs]):  # a span of no stage: never read
+                        attributes, events = _NOTHING, ()
+                    else:
+                        attributes = attributes_of(pairs)
+                        events = _events_of(span) if span.events else ()
                 flags = span.flags
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
