@@ -137,6 +137,8 @@ def evaluate_spans(
                 span.attributes,
                 span,
             )
+        if not every_root and not state.judged_by_default(root.kind, root.remote_parent, root.attributes):
+            continue  # start-up work, by the default rule: not judged, as in the live processor
         report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
         report.calls = calls_of(
             state.outermost_calls(), budgets.stages

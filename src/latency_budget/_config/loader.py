@@ -89,7 +89,7 @@ _PROFILE_KEYS = (
 # An objective: a percentage above 0 and below 100, with at most 6 decimals ("99%", "99.95%").
 # budgets.schema.json has the same pattern.
 _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
-_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope")
+_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "unless")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 _HINTS_KEYS = ("min_saving_ms",)
 
@@ -239,10 +239,22 @@ class _Builder:
         )
         profiles = self.profiles(doc, default)
         requests = None
-        if "requests" in doc:
+        every_root = doc.get("requests") == "all"  # every local root is a request, start-up work included
+        if "requests" in doc and not every_root:
+            if isinstance(doc["requests"], str):
+                self.fail(
+                    doc.key_lines["requests"],
+                    "requests",
+                    f"expected all, a rule or a list of rules, got {doc['requests']!r}",
+                )
             requests = self.rules(doc["requests"], doc.key_lines["requests"], "requests")
         return BudgetConfig(
-            source=self.source, stages=definitions, default=default, profiles=profiles, requests=requests
+            source=self.source,
+            stages=definitions,
+            default=default,
+            profiles=profiles,
+            requests=requests,
+            every_root=every_root,
         )
 
     def hints(self, mapping: LocatedDict, path: str, inherited: float) -> float:
@@ -384,21 +396,32 @@ class _Builder:
             exists = tuple(
                 key for key, _ in self.string_list(spec["exists"], spec.key_lines["exists"], f"{path}.exists")
             )
-        attributes: list[tuple[str, frozenset[tuple[type, object]]]] = []
-        if "attributes" in spec:
-            attrs = self.mapping(spec["attributes"], spec.key_lines["attributes"], f"{path}.attributes")
-            if not attrs:
-                self.fail(attrs.line, f"{path}.attributes", "expected at least one attribute")
-            for key, allowed in attrs.items():
-                key_path, key_line = f"{path}.attributes.{key}", attrs.key_lines[key]
-                values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
-                if not values:
-                    self.fail(key_line, key_path, "expected a value or a non-empty list of values")
-                for value in values:
-                    if value is None or isinstance(value, (LocatedDict, LocatedList)):
-                        self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
-                attributes.append((key, exact_values(values)))
-        return MatchRule(name=name, attributes=tuple(attributes), exists=exists, kind=kind, scope=scope)
+        attributes = self.attribute_values(spec, "attributes", path) if "attributes" in spec else ()
+        unless = self.attribute_values(spec, "unless", path) if "unless" in spec else ()
+        if unless and not (attributes or exists):
+            self.fail(
+                spec.key_lines["unless"], f"{path}.unless", "needs 'attributes' or 'exists' beside it in the rule"
+            )
+        return MatchRule(name=name, attributes=attributes, exists=exists, kind=kind, scope=scope, unless=unless)
+
+    def attribute_values(
+        self, spec: LocatedDict, field: str, path: str
+    ) -> tuple[tuple[str, frozenset[tuple[type, object]]], ...]:
+        """``attributes`` (or ``unless``): attribute key -> a value or a list of allowed values."""
+        attrs = self.mapping(spec[field], spec.key_lines[field], f"{path}.{field}")
+        if not attrs:
+            self.fail(attrs.line, f"{path}.{field}", "expected at least one attribute")
+        found: list[tuple[str, frozenset[tuple[type, object]]]] = []
+        for key, allowed in attrs.items():
+            key_path, key_line = f"{path}.{field}.{key}", attrs.key_lines[key]
+            values = list(allowed) if isinstance(allowed, LocatedList) else [allowed]
+            if not values:
+                self.fail(key_line, key_path, "expected a value or a non-empty list of values")
+            for value in values:
+                if value is None or isinstance(value, (LocatedDict, LocatedList)):
+                    self.fail(key_line, key_path, f"expected strings, numbers or booleans, got {_describe(value)}")
+            found.append((key, exact_values(values)))
+        return tuple(found)
 
     def glob(self, value: Any, line: int, path: str) -> re.Pattern[str]:
         pattern = self.string(value, line, path)
