@@ -22,9 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from latency_budget import LatencyBudgetProcessor, load_budgets
+from latency_budget import LatencyBudgetProcessor, _guard, load_budgets
 from latency_budget._demo.otlp_json import encode_otlp_json
-from latency_budget._replay import evaluate_spans, record_of
+from latency_budget._replay import SpanRecord, evaluate_spans, record_of
+from latency_budget.cli.doctor import diagnose, merged_fix
 from latency_budget.cli.main import main
 
 MS = 1_000_000
@@ -141,8 +142,11 @@ def test_doctor_text_prints_yaml_that_validates(
     assert main(["validate", str(fixed)]) == 0
 
 
-def test_the_processor_counts_ai_spans_in_no_stage_and_names_the_first(caplog: pytest.LogCaptureFixture) -> None:
+def test_the_processor_counts_ai_spans_in_no_stage_and_names_the_first(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """stats() counts spans with a model key that matched no stage; one warning per process names the first."""
+    monkeypatch.setattr(_guard, "_seen", set())  # as in a fresh process
     caplog.set_level(logging.WARNING, logger="latency_budget")
     provider = TracerProvider()
     processor = LatencyBudgetProcessor(load_budgets(text=BUDGETS), SimpleSpanProcessor(InMemorySpanExporter()))
@@ -161,5 +165,26 @@ def test_the_processor_counts_ai_spans_in_no_stage_and_names_the_first(caplog: p
                 pass  # an agent: a known container, not counted
     assert processor.stats().unstaged_ai_spans == 2
     warnings = [r.getMessage() for r in caplog.records if "in no stage" in r.getMessage()]
-    assert len(warnings) <= 1  # once per process (another test may have said it already)
-    assert all("'completion'" in w and "gen_ai.request.model" in w for w in warnings)
+    assert len(warnings) == 1  # two such spans, one warning
+    assert "'completion'" in warnings[0]
+    assert "gen_ai.request.model" in warnings[0]
+
+
+def test_spans_known_only_by_name_get_a_name_rule() -> None:
+    """Tool spans named `tool weather`, `tool time` with no telling key: one `name: 'tool *'` rule stages both."""
+    root = SpanRecord(1, 1, None, "POST /ask", T0, T0 + 100 * MS, kind=SpanKind.SERVER)
+    chat = SpanRecord(1, 2, 1, "chat", T0, T0 + 50 * MS, attributes={"gen_ai.operation.name": "chat"})
+    tools = [
+        SpanRecord(1, 3 + n, 1, f"tool {name}", T0 + 50 * MS, T0 + 60 * MS)
+        for n, name in enumerate(("weather", "time"))
+    ]
+    records = [root, chat, *tools]
+    config = load_budgets(text=BUDGETS)
+    findings = diagnose(config, records)
+    assert [(f.kind, f.stage, f.spans) for f in findings] == [("unstaged", "tool_calls", 2)]
+    fix = merged_fix(findings, keep=config.stage_names)
+    assert fix["stages"]["tool_calls"]["match"][-1] == {"name": "tool *"}
+    assert fix["stages"]["model_call"] == fix["stages"]["retrieval"] == {}  # kept, unchanged
+    (report,) = evaluate_spans(load_budgets(text=_merge(BUDGETS, fix)), records)
+    assert report.stage("tool_calls").count == 2
+    assert diagnose(load_budgets(text=_merge(BUDGETS, fix)), records) == []

@@ -8,6 +8,8 @@ token still counts both calls (each is the model's latency).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from latency_budget import _attributes as attr
@@ -22,6 +24,9 @@ TTFT = "gen_ai.client.operation.time_to_first_chunk"
 
 def _asked_for_tools(row: ToolCallsOnly) -> dict[str, object]:
     """What a call that answered with tool calls only carries, in the row's vocabulary."""
+    if row.messages_key is not None:  # as pydantic-ai writes it
+        parts = [{"type": "tool_call", "id": "c1", "name": "weather", "arguments": "{}"}]
+        return {row.messages_key: json.dumps([{"role": "assistant", "parts": parts}])}
     if row.finish_key is not None:
         return {row.finish_key: ("tool_calls",) if row.finish_key.endswith("s") else "tool_calls"}
     assert row.tool_call_key is not None
@@ -30,13 +35,17 @@ def _asked_for_tools(row: ToolCallsOnly) -> dict[str, object]:
 
 def _answered(row: ToolCallsOnly) -> dict[str, object]:
     """What a call that answered with text carries, in the row's vocabulary."""
+    if row.messages_key is not None:
+        return {row.messages_key: json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "Sunny."}]}])}
     if row.finish_key is not None:
         return {row.finish_key: ("stop",) if row.finish_key.endswith("s") else "stop"}
     assert row.text_key is not None
     return {row.text_key: "It is sunny in Paris."}
 
 
-@pytest.mark.parametrize("row", TOOL_CALLS_ONLY, ids=[r.finish_key or r.tool_call_key or "" for r in TOOL_CALLS_ONLY])
+@pytest.mark.parametrize(
+    "row", TOOL_CALLS_ONLY, ids=[r.finish_key or r.messages_key or r.tool_call_key or "" for r in TOOL_CALLS_ONLY]
+)
 def test_a_streamed_call_that_only_asked_for_tools_is_not_the_requests_first_token(row: ToolCallsOnly) -> None:
     """The planning call's first chunk (tool calls only) is passed over: the request's first token is the answer's."""
     p = pipeline(NO_MATCH_RULES)
@@ -89,6 +98,16 @@ def test_a_request_whose_only_streamed_call_asked_for_tools_has_no_first_token()
             },
             False,
         ),
+        ({"gen_ai.output.messages": '[{"role":"assistant","parts":[{"type":"tool_call","name":"f"}]}]'}, True),
+        (
+            {
+                "gen_ai.output.messages": '[{"role":"assistant","parts":[{"type":"text","content":"Let me look."},'
+                '{"type":"tool_call","name":"f"}]}]'
+            },
+            False,
+        ),
+        ({"gen_ai.output.messages": "[]"}, False),
+        ({"gen_ai.output.messages": "not json"}, False),
         ({}, False),  # says nothing: taken to have answered, as before
     ],
 )

@@ -330,14 +330,18 @@ class ToolCallsOnly:
     """How one vocabulary says that a model call answered with tool calls only (no text for the user).
 
     Either ``finish_key`` holds the call's finish reasons (a string or a sequence of
-    them): tool calls only when every one is in :data:`TOOL_CALL_FINISH_REASONS`. Or,
-    with no finish reason, ``tool_call_key`` is present while ``text_key`` is absent or empty.
+    them): tool calls only when every one is in :data:`TOOL_CALL_FINISH_REASONS`. Or
+    ``messages_key`` holds the output messages, every part of them a tool call. Or
+    ``tool_call_key`` is present while ``text_key`` is absent or empty.
     """
 
     source: str
     finish_key: str | None = None
     tool_call_key: str | None = None
     text_key: str | None = None
+    # The conventions' output messages (a JSON array of {role, parts: [{type, ...}]}): tool
+    # calls only when it has parts and every part is a `tool_call`.
+    messages_key: str | None = None
 
 
 # The finish reasons that mean "asked for tools": the conventions' `tool_call`, OpenAI's
@@ -351,6 +355,11 @@ TOOL_CALLS_ONLY: tuple[ToolCallsOnly, ...] = (
         finish_key="gen_ai.response.finish_reasons",
     ),
     ToolCallsOnly("OpenLLMetry (Traceloop), indexed completions", finish_key="gen_ai.completion.0.finish_reason"),
+    ToolCallsOnly(
+        "OpenTelemetry GenAI semantic conventions' output messages (pydantic-ai, which writes no finish reason "
+        "for every model)",
+        messages_key="gen_ai.output.messages",
+    ),
     ToolCallsOnly(
         "OpenInference: the first output message has tool calls and no text",
         tool_call_key="llm.output_messages.0.message.tool_calls.0.tool_call.function.name",

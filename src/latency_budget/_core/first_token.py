@@ -133,6 +133,11 @@ def answered_with_tool_calls_only(attributes: Mapping[str, object]) -> bool:
             if not isinstance(reasons, (tuple, list)) or not reasons:
                 return False
             return all(reason in TOOL_CALL_FINISH_REASONS for reason in reasons)
+        if row.messages_key is not None:
+            messages = attributes.get(row.messages_key)
+            if messages is None:
+                continue
+            return _only_tool_call_parts(messages)
         if row.tool_call_key is not None and attributes.get(row.tool_call_key) is not None:
             return not (row.text_key is not None and attributes.get(row.text_key))
     return False
@@ -148,3 +153,23 @@ def _reasons(value: object) -> object:
         except ValueError:
             return ()
     return (value,)
+
+
+def _only_tool_call_parts(messages: object) -> bool:
+    """Whether output messages (JSON text, as the conventions write them) have parts, all of them tool calls."""
+    if not isinstance(messages, str):
+        return False
+    try:
+        decoded = json.loads(messages)
+    except ValueError:
+        return False
+    if not isinstance(decoded, list):
+        return False
+    types = [
+        part.get("type")
+        for message in decoded
+        if isinstance(message, dict) and isinstance(message.get("parts"), list)
+        for part in message["parts"]
+        if isinstance(part, dict)
+    ]
+    return bool(types) and all(kind == "tool_call" for kind in types)

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     config, label = load_config(args.budgets)
     traces = load_traces(args)
     findings = diagnose(config, traces.spans)
-    fix = merged_fix(findings)
+    fix = merged_fix(findings, keep=config.stage_names)
     if fix:
         try:  # what is printed must be a valid budget file fragment
             load_budgets(text=yaml.safe_dump({"version": 1, **fix}, sort_keys=False), source="<doctor>")
@@ -176,7 +176,7 @@ def _unstaged(span: SpanRecord) -> tuple[str, str, str] | None:
             return stage, f"attribute {key}", value
     if _is_container(_last_segment(span.name)):
         return None
-    return stage, "name", span.name
+    return stage, "name", _name_glob(span.name)
 
 
 def _guess(texts: Iterable[str]) -> str | None:
@@ -218,8 +218,8 @@ def _known_container(attributes: Mapping[str, object]) -> bool:
 def _unstaged_finding(config: BudgetConfig, key: tuple[str, str, str], spans: list[SpanRecord]) -> Finding:
     stage, how, value = key
     if how == "name":
-        rule: dict[str, Any] = {"name": _glob_escape(value)}
-        what = f"spans named {value!r}"
+        rule: dict[str, Any] = {"name": value}
+        what = f"spans named like {value!r}"
     else:
         attribute = how.split(" ", 1)[1]
         rule = {"attributes": {attribute: [value]}}
@@ -227,8 +227,11 @@ def _unstaged_finding(config: BudgetConfig, key: tuple[str, str, str], spans: li
     return Finding("unstaged", stage, what, len(spans), spans[0].name, _stage_fix(config, stage, [rule]))
 
 
-def _glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
+def _name_glob(name: str) -> str:
+    """A glob for spans named like ``name``: ``tool weather`` -> ``tool *`` (the rest is usually a variable part)."""
+    first, space, _ = name.partition(" ")
+    escaped = re.sub(r"([*?\[])", r"[\1]", first)
+    return f"{escaped} *" if space and first else escaped
 
 
 # -- bookkeeping in a stage --------------------------------------------------------------------------------------
@@ -341,9 +344,16 @@ def _values(allowed: Iterable[tuple[type, object]]) -> list[object]:
     return sorted((value for _, value in allowed), key=repr)
 
 
-def merged_fix(findings: Sequence[Finding]) -> dict[str, Any]:
-    """Every finding's fix in one budget-file fragment: per stage, match rules and first-token settings merged."""
-    stages: dict[str, dict[str, Any]] = {}
+def merged_fix(findings: Sequence[Finding], keep: Sequence[str] = ()) -> dict[str, Any]:
+    """Every finding's fix in one budget-file fragment: per stage, match rules and first-token settings merged.
+
+    The stages named in ``keep`` (the file's) are listed too, as ``{}`` when nothing changes
+    for them: a file with no ``stages:`` key tracks the three built-in stages, and adding a
+    ``stages:`` with only the fixed ones would drop the others.
+    """
+    if not findings:
+        return {}
+    stages: dict[str, dict[str, Any]] = {name: {} for name in keep}
     for finding in findings:
         for stage, spec in finding.fix.get("stages", {}).items():
             merged = stages.setdefault(stage, {})
