@@ -60,6 +60,9 @@ ReportCallback = Callable[[TraceReport], object]
 # trace's report when the span is its local root.
 Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
+# Whether a span that matched no stage has none of the keys of an AI call (most spans): bound
+# once, a C call per such span; the rest of looks_like_a_call runs only when one is present.
+_no_ai_key = AI_KEYS.isdisjoint
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
 # The account of a local root that is not a request, in a trace that has a request's
@@ -206,6 +209,8 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _count_unstaged_ai(self, name: str, attributes: Mapping[str, Any]) -> None:
         """Count a span that looks like an AI call but is in no stage; the first one of the process is named."""
         self._unstaged_ai += 1  # unlocked: a lost update under threads only undercounts a diagnostic
+        if self._unstaged_ai > 1:  # said at most once per process, for the first processor's first span
+            return
         key = next((k for k in attributes if k in AI_KEYS), "")
         _guard.log_once(
             "unstaged AI span",
@@ -351,7 +356,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 return None
             return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
         if stage < 0:  # the common case: recorded, forwarded untouched
-            if not AI_KEYS.isdisjoint(attributes) and looks_like_a_call(attributes):
+            if not _no_ai_key(attributes) and looks_like_a_call(attributes):
                 self._count_unstaged_ai(name, attributes)
             return None
         extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)

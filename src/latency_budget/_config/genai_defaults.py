@@ -406,6 +406,7 @@ def _containers(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) 
 
 # key -> values known to mean "no call" (agents, workflows, chains, log records).
 _NO_CALL: Mapping[str, frozenset[str]] = _containers(DIALECTS, NOT_CALLS)
+_NO_CALL_KEYS: frozenset[str] = frozenset(_NO_CALL)
 
 
 def looks_like_a_call(attributes: Mapping[str, object]) -> bool:
@@ -416,9 +417,9 @@ def looks_like_a_call(attributes: Mapping[str, object]) -> bool:
     """
     if AI_KEYS.isdisjoint(attributes):
         return False
-    for key, values in _NO_CALL.items():
-        value = attributes.get(key)
-        if value.__class__ is str and value in values:
+    for key in _NO_CALL_KEYS.intersection(attributes):  # usually none or one
+        value = attributes[key]
+        if value.__class__ is str and value in _NO_CALL[key]:
             return False
     return True
 
