@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind
 from latency_budget import _attributes as attr
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
-from latency_budget._config.genai_defaults import AI_KEYS, looks_like_a_call
+from latency_budget._config.genai_defaults import AI_KEYS, MODEL_KEYS, looks_like_a_call
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
@@ -60,9 +60,9 @@ ReportCallback = Callable[[TraceReport], object]
 # trace's report when the span is its local root.
 Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
-# Whether a span that matched no stage has none of the keys of an AI call (most spans): bound
-# once, a C call per such span; the rest of looks_like_a_call runs only when one is present.
-_no_ai_key = AI_KEYS.isdisjoint
+# A span that matched no stage is looked at further only when it names a model: two dictionary
+# probes per such span (scanning its keys for any AI key cost about 900 instructions a span).
+_MODEL_KEY, _MODEL_NAME_KEY = MODEL_KEYS
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
 # The account of a local root that is not a request, in a trace that has a request's
@@ -89,8 +89,8 @@ class ProcessorStats:
         self.evicted_idle = evicted_idle
         self.reports = reports
         self.truncated_traces = truncated
-        # Spans of accounted traces that look like AI calls (genai_defaults.looks_like_a_call)
-        # but matched no stage: a dialect the table does not know (see `latency-budget doctor`).
+        # Spans of accounted traces that name a model (genai_defaults.MODEL_KEYS) and look like
+        # AI calls (looks_like_a_call) but matched no stage: a dialect the table does not know.
         self.unstaged_ai_spans = unstaged_ai_spans
 
     def __repr__(self) -> str:
@@ -356,7 +356,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 return None
             return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
         if stage < 0:  # the common case: recorded, forwarded untouched
-            if not _no_ai_key(attributes) and looks_like_a_call(attributes):
+            if (_MODEL_KEY in attributes or _MODEL_NAME_KEY in attributes) and looks_like_a_call(attributes):
                 self._count_unstaged_ai(name, attributes)
             return None
         extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)

@@ -32,6 +32,7 @@ __all__ = [
     "DIALECTS",
     "FIRST_TOKEN_SPELLINGS",
     "INVOCATIONS",
+    "MODEL_KEYS",
     "NOT_CALLS",
     "TOOL_CALLS_ONLY",
     "TOOL_CALL_FINISH_REASONS",
@@ -393,6 +394,12 @@ AI_KEYS: frozenset[str] = frozenset(
         "tool.name",
     }
 )
+
+
+# The keys that name a call's model: what the processor probes on every span that matched no
+# stage (two dictionary probes, far cheaper than scanning a span's keys), to count the AI
+# calls of dialects it does not know.
+MODEL_KEYS: tuple[str, str] = ("gen_ai.request.model", "llm.model_name")
 
 
 def _containers(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> Mapping[str, frozenset[str]]:
