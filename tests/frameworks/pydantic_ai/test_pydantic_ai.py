@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 from openinference.instrumentation.pydantic_ai import OpenInferenceSpanProcessor
 from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.trace import SpanKind
 from pydantic_ai import Agent, Embedder
 from pydantic_ai.embeddings import TestEmbeddingModel
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -123,10 +124,14 @@ def test_a_run_that_is_not_streamed_has_no_first_token(run: Callable[[bool], Out
 
 
 def test_embeddings_are_retrieval() -> None:
-    """An instrumented Embedder's ``embeddings`` span is the request's one retrieval call."""
+    """An instrumented Embedder's ``embeddings`` span is the request's one retrieval call.
+
+    The request is a server span (a search endpoint): a plain root with embeddings only and no
+    model call is start-up work (embedding a corpus) to the default `requests` rule.
+    """
     pipe = budget_pipeline(max_model_calls=1)
     embedder = Embedder(TestEmbeddingModel(), instrument=InstrumentationSettings(tracer_provider=pipe.provider))
-    with pipe.tracer.start_as_current_span("request"):
+    with pipe.tracer.start_as_current_span("request", kind=SpanKind.SERVER):
         result = embedder.embed_query_sync("Where is Paris?")
     assert len(result.embeddings) == 1
     outcome = Outcome(pipe)
