@@ -372,7 +372,7 @@ TOOL_CALLS_ONLY: tuple[ToolCallsOnly, ...] = (
 # Keys that only an AI call's span carries, in any of the vocabularies: a model, token
 # counts, a prompt, a tool or a retriever. A span with one that is in no stage (and is no
 # known container, such as an agent) is probably a call of an unknown dialect: the
-# processor counts it (``stats().unstaged_ai_spans``) and ``latency-budget doctor`` shows it.
+# processor counts those that name a model (MODEL_KEYS, ``stats().unstaged_ai_spans``).
 AI_KEYS: frozenset[str] = frozenset(
     {
         "gen_ai.request.model",

@@ -24,8 +24,8 @@ from haystack.components.retrievers.in_memory import InMemoryBM25Retriever
 from haystack.components.writers import DocumentWriter
 from haystack.dataclasses import ChatMessage
 from haystack.document_stores.in_memory import InMemoryDocumentStore
-from haystack.tracing import OpenTelemetryTracer
 from haystack.utils import Secret
+from haystack_integrations.tracing.opentelemetry import OpenTelemetryTracer
 
 from ...instrumentation.fake_openai import MODEL, FakeOpenAIServer, serve
 from ...unit.helpers import Pipeline as BudgetPipeline
