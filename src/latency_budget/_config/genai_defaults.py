@@ -174,7 +174,8 @@ DIALECTS: tuple[Dialect, ...] = (
         evidence="source",
     ),
     Dialect(
-        # haystack.core.pipeline: every component run is a `haystack.component.run` span whose
+        # haystack.core.pipeline (traced by opentelemetry-haystack since haystack-ai 3): every
+        # component run is a `haystack.component.run` span whose
         # only telling key is the component's class name. The common generators, retrievers,
         # embedders and rankers; ToolInvoker runs the tools; an Agent is an invocation.
         "Haystack, its own OpenTelemetry tracer",
@@ -206,7 +207,7 @@ DIALECTS: tuple[Dialect, ...] = (
         },
         not_stages=("Agent", "PromptBuilder", "ChatPromptBuilder", "AnswerBuilder", "DocumentWriter"),
         invocations=("Agent",),
-        evidence="source",
+        evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
     ),
 )
 
