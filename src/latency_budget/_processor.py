@@ -26,6 +26,7 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig
+from latency_budget._config.genai_defaults import AI_KEYS, MODEL_KEYS, looks_like_a_call
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import root_annotation, stage_span_attributes
@@ -58,6 +59,9 @@ ReportCallback = Callable[[TraceReport], object]
 # trace's report when the span is its local root.
 Annotated = tuple[ReadableSpan, "TraceReport | None"]
 
+# A span that matched no stage is looked at further only when it names a model: two dictionary
+# probes per such span (scanning its keys for any AI key cost about 900 instructions a span).
+_MODEL_KEY, _MODEL_NAME_KEY = MODEL_KEYS
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
 # The account of a local root that is not a request, in a trace that has a request's
@@ -68,14 +72,25 @@ _UNACCOUNTED = BudgetConfig("<not a request>", (), BudgetSet(DEFAULT_PROFILE, ()
 class ProcessorStats:
     """Counters a caller can read to see how the processor is coping (read-only snapshot)."""
 
-    __slots__ = ("active_traces", "evicted_idle", "evicted_lru", "reports", "truncated_traces")
+    __slots__ = ("active_traces", "evicted_idle", "evicted_lru", "reports", "truncated_traces", "unstaged_ai_spans")
 
-    def __init__(self, active_traces: int, evicted_lru: int, evicted_idle: int, reports: int, truncated: int) -> None:
+    def __init__(
+        self,
+        active_traces: int,
+        evicted_lru: int,
+        evicted_idle: int,
+        reports: int,
+        truncated: int,
+        unstaged_ai_spans: int = 0,
+    ) -> None:
         self.active_traces = active_traces
         self.evicted_lru = evicted_lru
         self.evicted_idle = evicted_idle
         self.reports = reports
         self.truncated_traces = truncated
+        # Spans of accounted traces that name a model (genai_defaults.MODEL_KEYS) and look like
+        # AI calls (looks_like_a_call) but matched no stage: a dialect the table does not know.
+        self.unstaged_ai_spans = unstaged_ai_spans
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__slots__)
@@ -142,6 +157,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             self._on_report = tuple(on_report)
         self._max_spans = max_spans_per_trace
         self._table = TraceTable(max_active_traces, int(idle_ttl_s * 1e9))
+        self._unstaged_ai = 0
         self._recent = RecentCalls()  # what lever hints are estimated from (bounded)
         self._by_trace = self._table.by_trace  # read on every span, with no call and no lock
         self._shutdown = False
@@ -185,8 +201,24 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._config = config
 
     def stats(self) -> ProcessorStats:
-        """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces."""
-        return ProcessorStats(*self._table.counts())
+        """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces,
+        and spans that look like AI calls but are in no stage."""
+        return ProcessorStats(*self._table.counts(), self._unstaged_ai)
+
+    def _count_unstaged_ai(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """Count a span that looks like an AI call but is in no stage; the first one of the process is named."""
+        self._unstaged_ai += 1  # unlocked: a lost update under threads only undercounts a diagnostic
+        if self._unstaged_ai > 1:  # said at most once per process, for the first processor's first span
+            return
+        key = next((k for k in attributes if k in AI_KEYS), "")
+        _guard.log_once(
+            "unstaged AI span",
+            logging.WARNING,
+            "latency_budget: span %r looks like an AI call (it has %s) but is in no stage; "
+            "`latency-budget doctor` on recorded traces prints the match rule that would stage it",
+            name,
+            key,
+        )
 
     # -- hooks -------------------------------------------------------------------------
     #
@@ -318,8 +350,15 @@ class LatencyBudgetProcessor(SpanProcessor):
         parent_id = parent[SPAN_ID] if parent is not None else None
         stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
+            if state.config.default_rule_stage >= 0 and not state.judged_by_default(
+                kind, parent is not None, attributes
+            ):
+                self._table.drop(state)  # start-up work, by the default requests rule: not judged
+                return None
             return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
         if stage < 0:  # the common case: recorded, forwarded untouched
+            if (_MODEL_KEY in attributes or _MODEL_NAME_KEY in attributes) and looks_like_a_call(attributes):
+                self._count_unstaged_ai(name, attributes)
             return None
         extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None

@@ -226,6 +226,8 @@ def judge_roots(
                 span,
             )
         state.config = root_config
+        if not every_root and not state.judged_by_default(root.kind, root.remote_parent, root.attributes):
+            continue  # start-up work, by the default rule: not judged, as in the live processor
         report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
         judged.append(JudgedRoot(root, state, report, stage))  # stage: the root's, recorded last
     return judged

@@ -13,7 +13,7 @@ from latency_budget.cli._progress import ProgressBar
 
 from .conftest import REPO, run_cli
 
-SUBCOMMANDS = ("demo", "validate", "check", "report", "suggest", "rules")
+SUBCOMMANDS = ("demo", "validate", "check", "report", "suggest", "doctor", "rules")
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

@@ -109,8 +109,15 @@ class Pipeline:
         *,
         parent: trace.Span | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
-        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        kind: trace.SpanKind | None = None,
     ) -> trace.Span:
+        """Start a span at ``start_ms``: under ``parent``, else a new root.
+
+        A root is a ``server`` span unless ``kind`` says otherwise: it stands for an
+        incoming request, which the default ``requests`` rule judges whatever it contains.
+        """
+        if kind is None:
+            kind = trace.SpanKind.SERVER if parent is None else trace.SpanKind.INTERNAL
         context = trace.set_span_in_context(parent) if parent is not None else None
         return self.tracer.start_span(name, context=context, attributes=attributes, start_time=at(start_ms), kind=kind)
 

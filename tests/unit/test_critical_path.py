@@ -7,6 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanKind
 
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
@@ -146,7 +147,7 @@ def test_a_hint_cuts_long_span_names_to_a_bounded_length() -> None:
 def test_replayed_spans_give_hints_that_name_their_spans() -> None:
     """Judging recorded spans (the CLI's path) names a hint's spans as the live processor does."""
     config = load_budgets(text=TECHCORP_YAML)
-    root = SpanRecord(1, 10, None, "request", at(0), at(300))
+    root = SpanRecord(1, 10, None, "request", at(0), at(300), kind=SpanKind.SERVER)
     tools = [
         SpanRecord(1, 11 + n, 10, f"tool {n}", at(100 * n), at(100 * n + 100), attributes=op("execute_tool"))
         for n in range(3)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from hypothesis import example, given
 from hypothesis import strategies as st
+from opentelemetry.trace import SpanKind
 
 from latency_budget import _attributes as attr
 from latency_budget._core.annotate import event_time_ns
@@ -81,7 +82,7 @@ def test_the_stamp_is_the_end_jaeger_shows(start: int, duration: int) -> None:
 def test_events_on_a_root_with_sub_microsecond_times_are_stamped_at_jaegers_end() -> None:
     """A root from T0+999 ns to T0+2001 ns over budget: its events are stamped at T0+1000 ns, where Jaeger ends it."""
     p = pipeline("version: 1\ntotal_ms: 0.0005\nstages:\n  model_call: {budget_ms: 100}\n")
-    root = p.tracer.start_span("request", start_time=T0 + 999)
+    root = p.tracer.start_span("request", start_time=T0 + 999, kind=SpanKind.SERVER)
     root.end(end_time=T0 + 2_001)
     (exported,) = p.finished()
     added = [e for e in exported.events if e.name.startswith(attr.PREFIX)]

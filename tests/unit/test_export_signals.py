@@ -15,6 +15,7 @@ from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 try:
     from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter
@@ -104,7 +105,7 @@ def test_configure_builds_a_checked_pipeline_with_a_custom_exporter() -> None:
         set_global=False,
     )
     tracer = telemetry.tracer_provider.get_tracer("t")
-    root = tracer.start_span("request", start_time=at(0))
+    root = tracer.start_span("request", start_time=at(0), kind=SpanKind.SERVER)
     root.end(end_time=at(10))
     telemetry.tracer_provider.force_flush()
     (span,) = exporter.get_finished_spans()
@@ -165,7 +166,8 @@ telemetry = configure(
     metric_interval_s=3600,
     set_global=False,
 )
-root = telemetry.tracer_provider.get_tracer("t").start_span("request", start_time=10**18)
+from opentelemetry.trace import SpanKind
+root = telemetry.tracer_provider.get_tracer("t").start_span("request", start_time=10**18, kind=SpanKind.SERVER)
 root.end(end_time=10**18 + 500_000_000)  # over total_ms: a span, a violation log record and metrics to send
 print(json.dumps({"finished": telemetry.shutdown(timeout_s=1), "again": telemetry.shutdown(), "messages": messages}))
 """

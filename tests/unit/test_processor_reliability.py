@@ -126,6 +126,7 @@ def hand_built(
     """A ReadableSpan built by hand, carrying ``like``'s identity (so the processor tracks it)."""
     return ReadableSpan(
         name="hand-built",
+        kind=getattr(like, "kind", trace.SpanKind.INTERNAL),  # a root stays the request it stands for
         context=like.get_span_context() if like is not None else None,
         parent=parent.get_span_context() if parent is not None else None,
         attributes=attributes,  # type: ignore[arg-type]
@@ -408,8 +409,8 @@ def test_traces_whose_roots_share_a_span_id_are_bounded_separately() -> None:
     provider = TracerProvider(id_generator=RootsShareASpanId(), shutdown_on_exit=False)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")
-    first = tracer.start_span("first", start_time=at(0))
-    second = tracer.start_span("second", start_time=at(1))
+    first = tracer.start_span("first", start_time=at(0), kind=trace.SpanKind.SERVER)
+    second = tracer.start_span("second", start_time=at(1), kind=trace.SpanKind.SERVER)
     assert first.get_span_context().span_id == second.get_span_context().span_id == 7
     assert processor.stats().active_traces == 2
 

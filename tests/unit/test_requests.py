@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -44,7 +45,7 @@ def untouched(p: Pipeline, spans: list[trace.Span]) -> bool:
 
 def indexing(p: Pipeline, start: float, parent: trace.Span | None = None) -> list[trace.Span]:
     """Background work: an embedding batch (a retrieval span, over budget) under an INTERNAL root."""
-    root = p.start("SentenceSplitter.__call__", start, parent=parent)
+    root = p.start("SentenceSplitter.__call__", start, parent=parent, kind=SpanKind.INTERNAL)
     embed = p.start("get_text_embedding_batch", start + 1, parent=root, attributes=op("embeddings"))
     embed.end(end_time=at(start + 300))
     root.end(end_time=at(start + 301))
@@ -65,12 +66,94 @@ def test_a_root_that_is_not_a_request_passes_through_untouched_and_unjudged() ->
     assert p.processor.stats().reports == 1
 
 
-def test_without_requests_every_local_root_is_a_request() -> None:
-    """No `requests` key: the INTERNAL background root is judged, as before."""
+def test_without_requests_start_up_work_is_left_alone() -> None:
+    """No `requests` key: an INTERNAL root with only an embedding batch (indexing) is not judged."""
     p = pipeline()
+    indexing(p, 0)
+    assert p.reports == []
+    assert not any(attr.VIOLATED in (s.attributes or {}) for s in p.finished() if s.parent is None)
+
+
+def test_requests_all_judges_every_local_root() -> None:
+    """`requests: all` widens the default back to every local root: the indexing root is judged."""
+    p = pipeline("version: 1\nrequests: all\nstages:\n  retrieval: {budget_ms: 100}\n  model_call: {budget_ms: 800}\n")
     indexing(p, 0)
     assert [r.root_name for r in p.reports] == ["SentenceSplitter.__call__"]
     assert p.reports[0].over_budget_stages == ("retrieval",)
+
+
+def _plain_root(p: Pipeline, start: float, **root: Any) -> None:
+    """A local root at ``start`` with one tool call, started with ``root``'s name, kind, parent, attributes."""
+    span = p.start(root.pop("name", "run"), start, **root)
+    p.run("tool", start + 1, start + 5, parent=span, attributes=op("execute_tool"))
+    span.end(end_time=at(start + 10))
+
+
+@pytest.mark.parametrize(
+    ("root", "judged"),
+    [
+        ({"kind": SpanKind.SERVER}, True),
+        ({"kind": SpanKind.CONSUMER}, True),
+        ({"kind": SpanKind.INTERNAL, "parent": remote_parent(0xABC, 7)}, True),
+        ({"kind": SpanKind.INTERNAL, "attributes": op("invoke_agent")}, True),
+        ({"kind": SpanKind.INTERNAL, "attributes": {"openinference.span.kind": "AGENT"}}, True),
+        ({"kind": SpanKind.INTERNAL, "attributes": {"traceloop.span.kind": "workflow"}}, True),
+        ({"kind": SpanKind.INTERNAL, "attributes": {"langfuse.observation.type": "agent"}}, True),
+        ({"kind": SpanKind.INTERNAL, "attributes": op("create_agent")}, False),
+        ({"kind": SpanKind.INTERNAL}, False),
+        ({"kind": SpanKind.CLIENT}, False),
+    ],
+    ids=[
+        "server",
+        "consumer",
+        "remote-parent",
+        "invoke_agent",
+        "AGENT",
+        "workflow",
+        "langfuse-agent",
+        "create_agent",
+        "internal",
+        "client",
+    ],
+)
+def test_the_default_judges_roots_that_are_plausibly_requests(root: dict[str, Any], judged: bool) -> None:
+    """By default a root with a tool call is judged as a server or consumer span, remote child or agent run."""
+    p = pipeline()
+    _plain_root(p, 0, **root)
+    assert len(p.reports) == (1 if judged else 0)
+    [exported] = [s for s in p.finished() if s.name == "run"]
+    assert (attr.stage_key("tool_calls", "count") in (exported.attributes or {})) is judged
+    assert p.passed_untouched(exported) is not judged
+
+
+def test_the_default_judges_a_plain_root_that_contains_a_model_call() -> None:
+    """An INTERNAL root (a script's) is judged once it contains a model call, however deep; the replay agrees."""
+    p = pipeline()
+    run = p.start("main", 0, kind=SpanKind.INTERNAL)
+    step = p.start("step", 1, parent=run)
+    p.run("chat", 2, 40, parent=step, attributes=op("chat"))
+    step.end(end_time=at(45))
+    run.end(end_time=at(50))
+    indexing(p, 100)
+    assert [r.root_name for r in p.reports] == ["main"]
+    assert evaluate_spans(p.processor.config, [record_of(s) for s in p.finished()]) == p.reports
+
+
+def test_a_root_that_is_itself_a_model_call_is_judged() -> None:
+    """A chat span with no span around it (a script calling the model directly) is a request by default."""
+    p = pipeline()
+    p.start("chat", 0, kind=SpanKind.CLIENT, attributes=op("chat")).end(end_time=at(30))
+    assert [r.root_name for r in p.reports] == ["chat"]
+
+
+def test_a_file_with_no_model_call_stage_judges_every_root() -> None:
+    """With no `model_call` stage the default cannot tell a request: every local root is judged, as before."""
+    p = pipeline("version: 1\nstages:\n  db: {budget_ms: 10, match: {name: 'SELECT *'}}\n")
+    root = p.start("job", 0, kind=SpanKind.INTERNAL)
+    p.run("SELECT 1", 1, 30, parent=root)
+    root.end(end_time=at(40))
+    assert [r.root_name for r in p.reports] == ["job"]
+    assert p.reports[0].over_budget_stages == ("db",)
 
 
 def test_background_root_in_a_traced_request_keeps_its_spans_out_of_the_request() -> None:
@@ -119,7 +202,7 @@ def test_a_request_after_a_background_root_of_its_trace_is_accounted() -> None:
 def test_requests_rules_may_be_a_list_and_match_names() -> None:
     """`requests: [{kind: server}, {name: 'query *'}]`: an INTERNAL `query` root is a request too."""
     p = pipeline(REQUESTS_YAML.replace("requests: {kind: server}", "requests: [{kind: server}, {name: 'query *'}]"))
-    root = p.start("query docs", 0)
+    root = p.start("query docs", 0, kind=SpanKind.INTERNAL)
     p.run("retrieve", 0, 50, parent=root, attributes=op("retrieval"))
     root.end(end_time=at(60))
     indexing(p, 100)

@@ -95,7 +95,9 @@ def test_copies_of_copies_keep_the_dropped_counts() -> None:
     inner = LatencyBudgetProcessor(budgets, SimpleSpanProcessor(exporter))
     provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=2))
     provider.add_span_processor(LatencyBudgetProcessor(budgets, inner))
-    root = provider.get_tracer("tests").start_span("request", attributes={"a": 1, "b": 2, "c": 3, "d": 4})
+    root = provider.get_tracer("tests").start_span(
+        "request", attributes={"a": 1, "b": 2, "c": 3, "d": 4}, kind=trace.SpanKind.SERVER
+    )
     root.end()
     (exported,) = exporter.get_finished_spans()
     assert isinstance(root, ReadableSpan)

@@ -17,19 +17,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal
+
+from opentelemetry.trace import SpanKind
 
 from latency_budget._config.matching import MatchRule, exact_values
 from latency_budget._config.model import FirstTokenSource
 
 __all__ = [
+    "AI_KEYS",
     "BUILTIN_STAGES",
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DIALECTS",
+    "FIRST_TOKEN_SPELLINGS",
+    "INVOCATIONS",
+    "MODEL_KEYS",
     "NOT_CALLS",
+    "TOOL_CALLS_ONLY",
+    "TOOL_CALL_FINISH_REASONS",
     "Dialect",
+    "FirstTokenSpelling",
     "NotACall",
+    "ToolCallsOnly",
     "builtin_rules",
+    "looks_like_a_call",
+    "plausible_request",
 ]
 
 BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
@@ -43,6 +56,12 @@ class Dialect:
     key: str
     stages: Mapping[str, tuple[str, ...]]
     not_stages: tuple[str, ...] = ()  # values known to mean "not a call": agents, workflows...
+    # Those of ``not_stages`` that invoke an agent or a workflow: a local root with one is
+    # plausibly a request (the default ``requests`` rule), unlike creating an agent.
+    invocations: tuple[str, ...] = ()
+    # "tested": real packages run in tests/frameworks or tests/instrumentation; "source": read
+    # from the framework's source only, tested on the span shapes the source shows.
+    evidence: Literal["tested", "source"] = "tested"
     values: Mapping[str, str] = field(init=False, repr=False, compare=False)  # value -> stage
 
     def __post_init__(self) -> None:
@@ -53,6 +72,8 @@ class Dialect:
             for value in listed:
                 if values.setdefault(value, stage) != stage or value in self.not_stages:
                     raise ValueError(f"{self.source}: {self.key}={value!r} is listed twice")
+        if not set(self.invocations) <= set(self.not_stages):
+            raise ValueError(f"{self.source}: invocations must be among not_stages")
         object.__setattr__(self, "stages", MappingProxyType(dict(self.stages)))
         object.__setattr__(self, "values", MappingProxyType(values))
 
@@ -67,6 +88,7 @@ DIALECTS: tuple[Dialect, ...] = (
             "tool_calls": ("execute_tool",),
         },
         not_stages=("invoke_agent", "create_agent", "invoke_workflow"),
+        invocations=("invoke_agent", "invoke_workflow"),
     ),
     Dialect(
         # opentelemetry-semantic-conventions-ai's GenAICustomOperationName, and the LlamaIndex
@@ -77,11 +99,11 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=("execute_task",),
     ),
     Dialect(
-        # LLMRequestTypeValues: what OpenLLMetry wrote before gen_ai.operation.name, still defined.
-        "OpenLLMetry (Traceloop), older releases",
-        "llm.request.type",
-        {"retrieval": ("embedding", "rerank"), "model_call": ("chat", "completion")},
-        not_stages=("unknown",),
+        "OpenInference",
+        "openinference.span.kind",
+        {"retrieval": ("RETRIEVER", "EMBEDDING", "RERANKER"), "model_call": ("LLM",), "tool_calls": ("TOOL",)},
+        not_stages=("AGENT", "CHAIN", "GUARDRAIL", "EVALUATOR", "PROMPT", "UNKNOWN"),
+        invocations=("AGENT",),
     ),
     Dialect(
         # TraceloopSpanKindValues: traceloop-sdk's @tool/@task/@agent/@workflow decorators.
@@ -89,12 +111,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "traceloop.span.kind",
         {"tool_calls": ("tool",)},
         not_stages=("workflow", "task", "agent", "unknown"),
-    ),
-    Dialect(
-        "OpenInference",
-        "openinference.span.kind",
-        {"retrieval": ("RETRIEVER", "EMBEDDING", "RERANKER"), "model_call": ("LLM",), "tool_calls": ("TOOL",)},
-        not_stages=("AGENT", "CHAIN", "GUARDRAIL", "EVALUATOR", "PROMPT", "UNKNOWN"),
+        invocations=("workflow", "agent"),
     ),
     Dialect(
         # langfuse._client.constants: the observation types of the Langfuse SDK (v3 and later).
@@ -102,6 +119,95 @@ DIALECTS: tuple[Dialect, ...] = (
         "langfuse.observation.type",
         {"retrieval": ("retriever", "embedding"), "model_call": ("generation",), "tool_calls": ("tool",)},
         not_stages=("span", "agent", "chain", "evaluator", "guardrail", "event"),
+        invocations=("agent",),
+    ),
+    Dialect(
+        # LLMRequestTypeValues: what OpenLLMetry wrote before gen_ai.operation.name, still defined.
+        "OpenLLMetry (Traceloop), older releases",
+        "llm.request.type",
+        {"retrieval": ("embedding", "rerank"), "model_call": ("chat", "completion")},
+        not_stages=("unknown",),
+    ),
+    Dialect(
+        # semantic_kernel.utils.telemetry.model_diagnostics: its own operation names (dotted,
+        # plural); its tool spans use the conventions' execute_tool.
+        "Semantic Kernel",
+        "gen_ai.operation.name",
+        {
+            "model_call": (
+                "chat.completions",
+                "chat.streaming_completions",
+                "text.completions",
+                "text.streaming_completions",
+            )
+        },
+        evidence="source",
+    ),
+    Dialect(
+        # Seen on a framework's completion spans: the convention's name, plural.
+        "operation names off the convention",
+        "gen_ai.operation.name",
+        {"model_call": ("text_completions", "chat_completions", "chat_completion")},
+        evidence="source",
+    ),
+    Dialect(
+        # langsmith._internal.otel._otel_exporter (LANGSMITH_OTEL_ENABLED): the run type. Its
+        # gen_ai.operation.name maps llm->chat, tool->execute_tool, retriever and embedding
+        # ->embeddings, but prompt->chat too: NOT_CALLS vetoes prompt runs.
+        "LangSmith (LangChain, LangGraph)",
+        "langsmith.span.kind",
+        {"model_call": ("llm",), "retrieval": ("retriever", "embedding"), "tool_calls": ("tool",)},
+        not_stages=("chain", "prompt", "parser"),
+        evidence="source",
+    ),
+    Dialect(
+        # mlflow.entities.SpanType, written JSON-encoded as every MLflow span attribute is.
+        "MLflow Tracing",
+        "mlflow.spanType",
+        {
+            "model_call": ('"LLM"', '"CHAT_MODEL"'),
+            "retrieval": ('"RETRIEVER"', '"EMBEDDING"', '"RERANKER"'),
+            "tool_calls": ('"TOOL"',),
+        },
+        not_stages=('"AGENT"', '"CHAIN"', '"PARSER"', '"MEMORY"', '"UNKNOWN"', '"EVALUATOR"', '"GUARDRAIL"', '"TASK"'),
+        invocations=('"AGENT"',),
+        evidence="source",
+    ),
+    Dialect(
+        # haystack.core.pipeline (traced by opentelemetry-haystack since haystack-ai 3): every
+        # component run is a `haystack.component.run` span whose
+        # only telling key is the component's class name. The common generators, retrievers,
+        # embedders and rankers; ToolInvoker runs the tools; an Agent is an invocation.
+        "Haystack, its own OpenTelemetry tracer",
+        "haystack.component.type",
+        {
+            "model_call": (
+                "OpenAIChatGenerator",
+                "OpenAIGenerator",
+                "AzureOpenAIChatGenerator",
+                "AzureOpenAIGenerator",
+                "HuggingFaceAPIChatGenerator",
+                "HuggingFaceLocalChatGenerator",
+                "AnthropicChatGenerator",
+                "OllamaChatGenerator",
+                "GoogleGenAIChatGenerator",
+                "AmazonBedrockChatGenerator",
+            ),
+            "retrieval": (
+                "InMemoryBM25Retriever",
+                "InMemoryEmbeddingRetriever",
+                "OpenAITextEmbedder",
+                "SentenceTransformersTextEmbedder",
+                "OpenAIDocumentEmbedder",
+                "SentenceTransformersDocumentEmbedder",
+                "SentenceTransformersSimilarityRanker",
+                "TransformersSimilarityRanker",
+            ),
+            "tool_calls": ("ToolInvoker",),
+        },
+        not_stages=("Agent", "PromptBuilder", "ChatPromptBuilder", "AnswerBuilder", "DocumentWriter"),
+        invocations=("Agent",),
+        evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
     ),
 )
 
@@ -123,6 +229,19 @@ NOT_CALLS: tuple[NotACall, ...] = (
         ("log",),
         "a log record written as a zero-length span (instrument_openai's `streaming response from ...` "
         "beside a streamed call carries the call's gen_ai.operation.name)",
+    ),
+    NotACall(
+        "Google ADK",
+        "gen_ai.tool.name",
+        ("(merged tools)",),
+        "after parallel tool calls, one more `execute_tool (merged)` span of under a millisecond that "
+        "merges their responses, with placeholder attributes (google.adk.telemetry.tracing)",
+    ),
+    NotACall(
+        "LangSmith",
+        "langsmith.span.kind",
+        ("prompt",),
+        "a prompt-template run, which its exporter writes with gen_ai.operation.name=chat",
     ),
 )
 
@@ -154,22 +273,195 @@ _BUILTIN = _compile(DIALECTS, NOT_CALLS)
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})
 
-# Where instrumentations record time to first token, in the order they are tried.
-DEFAULT_FIRST_TOKEN: tuple[FirstTokenSource, ...] = (
-    # pydantic-ai and Logfire: seconds from the request's start, on streamed chat spans.
-    FirstTokenSource(attribute="gen_ai.client.operation.time_to_first_chunk", unit="s"),
-    # The semantic conventions' span attribute, deprecated (moved out of the core registry).
-    FirstTokenSource(attribute="gen_ai.response.time_to_first_chunk", unit="s"),
-    # Langfuse: the instant of the first token, a JSON-quoted ISO-8601 string.
-    FirstTokenSource(attribute="langfuse.observation.completion_start_time", unit="iso8601"),
-    FirstTokenSource(event="gen_ai.first_token"),
-    # OpenInference (OpenAI, LlamaIndex): an event when the first chunk arrives.
-    FirstTokenSource(event="First Token Stream Event"),
-    # OpenLLMetry (OpenAI): one event per streamed chunk; the first one is the first token.
-    FirstTokenSource(event="gen_ai.content.completion.chunk"),
+
+@dataclass(frozen=True, slots=True)
+class FirstTokenSpelling:
+    """One way an instrumentation records time to first token: who writes it, and how to read it."""
+
+    source: str  # who writes it (for the docs)
+    read: FirstTokenSource
+
+    @property
+    def unit(self) -> str:
+        """``s``, ``ms``, ``us``, ``ns``, ``iso8601`` (an instant), or ``event`` (an event's timestamp)."""
+        return "event" if self.read.event is not None else self.read.unit
+
+
+# Every first-token spelling seen, with its unit, in the order they are tried: a span
+# that carries several is read from the first. Semantic-convention METRIC names appear
+# too: frameworks write them as span attributes, in a unit of their own.
+FIRST_TOKEN_SPELLINGS: tuple[FirstTokenSpelling, ...] = (
+    FirstTokenSpelling(
+        "pydantic-ai, Logfire (seconds from the request's start, on streamed chat spans)",
+        FirstTokenSource(attribute="gen_ai.client.operation.time_to_first_chunk", unit="s"),
+    ),
+    FirstTokenSpelling(
+        "OpenTelemetry GenAI semantic conventions: the span attribute, deprecated",
+        FirstTokenSource(attribute="gen_ai.response.time_to_first_chunk", unit="s"),
+    ),
+    FirstTokenSpelling(
+        # strands.telemetry.tracer: metrics["timeToFirstByteMs"] on its `chat` spans.
+        "Strands Agents: the semantic conventions' server metric name, in milliseconds",
+        FirstTokenSource(attribute="gen_ai.server.time_to_first_token", unit="ms", scope="strands.telemetry.tracer"),
+    ),
+    FirstTokenSpelling(
+        "OpenLIT: the semantic conventions' server metric name as a span attribute, in seconds (its unit)",
+        FirstTokenSource(attribute="gen_ai.server.time_to_first_token", unit="s"),
+    ),
+    FirstTokenSpelling(
+        "Langfuse: the instant of the first token, a JSON-quoted ISO-8601 string",
+        FirstTokenSource(attribute="langfuse.observation.completion_start_time", unit="iso8601"),
+    ),
+    FirstTokenSpelling("an event at the first token", FirstTokenSource(event="gen_ai.first_token")),
+    FirstTokenSpelling(
+        "OpenInference (OpenAI, LlamaIndex): an event when the first chunk arrives",
+        FirstTokenSource(event="First Token Stream Event"),
+    ),
+    FirstTokenSpelling(
+        "OpenLLMetry (OpenAI): one event per streamed chunk; the first one is the first token",
+        FirstTokenSource(event="gen_ai.content.completion.chunk"),
+    ),
 )
+
+# Where instrumentations record time to first token, in the order they are tried.
+DEFAULT_FIRST_TOKEN: tuple[FirstTokenSource, ...] = tuple(spelling.read for spelling in FIRST_TOKEN_SPELLINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallsOnly:
+    """How one vocabulary says that a model call answered with tool calls only (no text for the user).
+
+    Either ``finish_key`` holds the call's finish reasons (a string or a sequence of
+    them): tool calls only when every one is in :data:`TOOL_CALL_FINISH_REASONS`. Or
+    ``messages_key`` holds the output messages, every part of them a tool call. Or
+    ``tool_call_key`` is present while ``text_key`` is absent or empty.
+    """
+
+    source: str
+    finish_key: str | None = None
+    tool_call_key: str | None = None
+    text_key: str | None = None
+    # The conventions' output messages (a JSON array of {role, parts: [{type, ...}]}): tool
+    # calls only when it has parts and every part is a `tool_call`.
+    messages_key: str | None = None
+
+
+# The finish reasons that mean "asked for tools": the conventions' `tool_call`, OpenAI's
+# `tool_calls` (and its older `function_call`), Anthropic's and Bedrock's `tool_use`.
+TOOL_CALL_FINISH_REASONS: frozenset[str] = frozenset({"tool_call", "tool_calls", "function_call", "tool_use"})
+
+# Read in this order; the first that the span carries decides.
+TOOL_CALLS_ONLY: tuple[ToolCallsOnly, ...] = (
+    ToolCallsOnly(
+        "OpenTelemetry GenAI semantic conventions (pydantic-ai, Logfire, OpenLLMetry, OpenLIT)",
+        finish_key="gen_ai.response.finish_reasons",
+    ),
+    ToolCallsOnly("OpenLLMetry (Traceloop), indexed completions", finish_key="gen_ai.completion.0.finish_reason"),
+    ToolCallsOnly(
+        "OpenTelemetry GenAI semantic conventions' output messages (pydantic-ai, which writes no finish reason "
+        "for every model)",
+        messages_key="gen_ai.output.messages",
+    ),
+    ToolCallsOnly(
+        "OpenInference: the first output message has tool calls and no text",
+        tool_call_key="llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
+        text_key="llm.output_messages.0.message.content",
+    ),
+)
+
+
+# Keys that only an AI call's span carries, in any of the vocabularies: a model, token
+# counts, a prompt, a tool or a retriever. A span with one that is in no stage (and is no
+# known container, such as an agent) is probably a call of an unknown dialect: the
+# processor counts those that name a model (MODEL_KEYS, ``stats().unstaged_ai_spans``).
+AI_KEYS: frozenset[str] = frozenset(
+    {
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+        "gen_ai.usage.prompt_tokens",
+        "gen_ai.usage.completion_tokens",
+        "gen_ai.prompt",
+        "gen_ai.tool.name",
+        "gen_ai.tool.call.id",
+        "llm.model_name",
+        "llm.token_count.prompt",
+        "llm.token_count.completion",
+        "llm.request.model",
+        "llm.usage.total_tokens",
+        "embedding.model_name",
+        "retrieval.documents",
+        "tool.name",
+    }
+)
+
+
+# The keys that name a call's model: what the processor probes on every span that matched no
+# stage (two dictionary probes, far cheaper than scanning a span's keys), to count the AI
+# calls of dialects it does not know.
+MODEL_KEYS: tuple[str, str] = ("gen_ai.request.model", "llm.model_name")
+
+
+def _containers(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> Mapping[str, frozenset[str]]:
+    merged: dict[str, set[str]] = {}
+    for dialect in dialects:
+        merged.setdefault(dialect.key, set()).update(dialect.not_stages)
+    for entry in not_calls:
+        merged.setdefault(entry.key, set()).update(entry.values)
+    return MappingProxyType({key: frozenset(values) for key, values in merged.items()})
+
+
+# key -> values known to mean "no call" (agents, workflows, chains, log records).
+_NO_CALL: Mapping[str, frozenset[str]] = _containers(DIALECTS, NOT_CALLS)
+_NO_CALL_KEYS: frozenset[str] = frozenset(_NO_CALL)
+
+
+def looks_like_a_call(attributes: Mapping[str, object]) -> bool:
+    """Whether a span that is in no stage looks like an AI call all the same.
+
+    It carries one of :data:`AI_KEYS`, and no dialect key says it is something else
+    (an agent, a workflow, a chain, a log record). Cheap when it carries none of them.
+    """
+    if AI_KEYS.isdisjoint(attributes):
+        return False
+    for key in _NO_CALL_KEYS.intersection(attributes):  # usually none or one
+        value = attributes[key]
+        if value.__class__ is str and value in _NO_CALL[key]:
+            return False
+    return True
 
 
 def builtin_rules(stage: str) -> tuple[MatchRule, ...] | None:
     """The built-in rules for a stage name, or ``None`` when it has none."""
     return _BUILTIN.get(stage)
+
+
+def _invocations(dialects: tuple[Dialect, ...]) -> Mapping[str, frozenset[str]]:
+    merged: dict[str, set[str]] = {}
+    for dialect in dialects:
+        if dialect.invocations:
+            merged.setdefault(dialect.key, set()).update(dialect.invocations)
+    return MappingProxyType({key: frozenset(values) for key, values in merged.items()})
+
+
+# key -> the values that say a span invokes an agent or a workflow, from DIALECTS.
+INVOCATIONS: Mapping[str, frozenset[str]] = _invocations(DIALECTS)
+_REQUEST_KINDS = (SpanKind.SERVER, SpanKind.CONSUMER)
+
+
+def plausible_request(kind: SpanKind, remote_parent: bool, attributes: Mapping[str, object]) -> bool:
+    """Whether a local root is a request by itself under the default ``requests`` rule.
+
+    It is when it is a server or consumer span, when its parent is remote, or when it
+    invokes an agent or a workflow (:data:`INVOCATIONS`). Any other local root is a
+    request only when it contains a model call (the caller looks); start-up work
+    (building an index, embedding a corpus, creating an agent) contains none.
+    """
+    if kind in _REQUEST_KINDS or remote_parent:
+        return True
+    for key, values in INVOCATIONS.items():
+        value = attributes.get(key)
+        if value.__class__ is str and value in values:
+            return True
+    return False

@@ -89,7 +89,7 @@ _PROFILE_KEYS = (
 # An objective: a percentage above 0 and below 100, with at most 6 decimals ("99%", "99.95%").
 # budgets.schema.json has the same pattern.
 _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
-_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "resource")
+_RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "resource", "unless")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 _HINTS_KEYS = ("min_saving_ms",)
 
@@ -239,10 +239,22 @@ class _Builder:
         )
         profiles = self.profiles(doc, default)
         requests = None
-        if "requests" in doc:
+        every_root = doc.get("requests") == "all"  # every local root is a request, start-up work included
+        if "requests" in doc and not every_root:
+            if isinstance(doc["requests"], str):
+                self.fail(
+                    doc.key_lines["requests"],
+                    "requests",
+                    f"expected all, a rule or a list of rules, got {doc['requests']!r}",
+                )
             requests = self.rules(doc["requests"], doc.key_lines["requests"], "requests")
         return BudgetConfig(
-            source=self.source, stages=definitions, default=default, profiles=profiles, requests=requests
+            source=self.source,
+            stages=definitions,
+            default=default,
+            profiles=profiles,
+            requests=requests,
+            every_root=every_root,
         )
 
     def hints(self, mapping: LocatedDict, path: str, inherited: float) -> float:
@@ -384,17 +396,24 @@ class _Builder:
             exists = tuple(
                 key for key, _ in self.string_list(spec["exists"], spec.key_lines["exists"], f"{path}.exists")
             )
+        attributes = self.conditions(spec, "attributes", path)
+        unless = self.conditions(spec, "unless", path)
+        if unless and not (attributes or exists):
+            self.fail(
+                spec.key_lines["unless"], f"{path}.unless", "needs 'attributes' or 'exists' beside it in the rule"
+            )
         return MatchRule(
             name=name,
-            attributes=self.conditions(spec, "attributes", path),
+            attributes=attributes,
             exists=exists,
             kind=kind,
             scope=scope,
             resource=self.conditions(spec, "resource", path),
+            unless=unless,
         )
 
     def conditions(self, spec: LocatedDict, section: str, path: str) -> Conditions:
-        """A rule's ``attributes`` or ``resource``: key -> a value or a list of allowed values."""
+        """A rule's ``attributes``, ``resource`` or ``unless``: key -> a value or a list of allowed values."""
         if section not in spec:
             return ()
         found: list[tuple[str, frozenset[tuple[type, object]]]] = []

@@ -16,6 +16,7 @@ from latency_budget._config.matching import MatchRule, StageClassifier
 __all__ = [
     "DEFAULT_MIN_SAVING_MS",
     "DEFAULT_PROFILE",
+    "MODEL_STAGE",
     "BudgetConfig",
     "BudgetSet",
     "FirstTokenSource",
@@ -29,6 +30,8 @@ Severity = Literal["warn", "error"]
 TimeUnit = Literal["s", "ms", "us", "ns", "iso8601"]
 
 DEFAULT_PROFILE = "default"
+# The stage whose calls make a local root a request under the default ``requests`` rule.
+MODEL_STAGE = "model_call"
 # Hints that would save less than this are not given: sub-millisecond savings are noise.
 DEFAULT_MIN_SAVING_MS = 5.0
 
@@ -39,12 +42,16 @@ class FirstTokenSource:
 
     Exactly one of ``attribute`` (a duration in ``unit`` from the span's start, or an
     ISO-8601 timestamp when ``unit`` is ``iso8601``) and ``event`` (an event name whose
-    timestamp is the first-token instant) is set.
+    timestamp is the first-token instant) is set. With ``scope``, only spans of that
+    instrumentation scope are read.
     """
 
     attribute: str | None = None
     unit: TimeUnit = "s"
     event: str | None = None
+    # Only on spans of this instrumentation scope (one name may mean two units: a
+    # framework that writes a semantic-convention metric's name in its own unit).
+    scope: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,14 +149,19 @@ class BudgetConfig:
     stages: tuple[StageDefinition, ...]
     default: BudgetSet
     profiles: tuple[Profile, ...] = ()
-    # Which local roots are requests (any rule matches); None: every local root is one.
+    # Which local roots are requests (any rule matches); None: the default rule (see
+    # ``judged_by_default``), or every local root with ``every_root`` (``requests: all``).
     requests: tuple[MatchRule, ...] | None = None
+    every_root: bool = False
     classifier: StageClassifier = field(init=False, repr=False, compare=False)
     stage_index: Mapping[str, int] = field(init=False, repr=False, compare=False)
     # The resource attribute keys that some rule reads (empty: the common case, and a
     # config resolved for one resource), and the configs resolved so far, by their values.
     resource_keys: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _by_resource: dict[tuple[object, ...], BudgetConfig] = field(init=False, repr=False, compare=False)
+    # The position of the ``model_call`` stage when the default rule is in force (it
+    # judges a local root that contains a model call), else -1: every root is judged.
+    default_rule_stage: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         rules = [(i, rule) for i, stage in enumerate(self.stages) for rule in stage.rules]
@@ -159,6 +171,8 @@ class BudgetConfig:
         keys = dict.fromkeys(key for rule in every for key, _ in rule.resource)
         object.__setattr__(self, "resource_keys", tuple(keys))
         object.__setattr__(self, "_by_resource", {})
+        default = self.requests is None and not self.every_root
+        object.__setattr__(self, "default_rule_stage", self.stage_index.get(MODEL_STAGE, -1) if default else -1)
 
     def for_resource(self, resource: Mapping[str, object]) -> BudgetConfig:
         """This config for the spans of one resource (a process, a service): its ``resource`` rules settled.
@@ -187,7 +201,11 @@ class BudgetConfig:
         return tuple(stage.name for stage in self.stages)
 
     def is_request(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
-        """Whether a local root with these properties is a request, to be accounted and judged."""
+        """Whether a local root with these properties is accounted, under the file's ``requests`` rules.
+
+        With no rules every root is accounted; under the default rule the root's end
+        decides whether it is judged (``genai_defaults.plausible_request``).
+        """
         requests = self.requests
         if requests is None:
             return True
@@ -240,4 +258,4 @@ def _resolve(config: BudgetConfig, resource: Mapping[str, object]) -> BudgetConf
         replace(profile, when=profile.when.resolved(resource) or MatchRule(name=_NEVER)) for profile in config.profiles
     )
     requests = kept(config.requests) if config.requests is not None else None
-    return BudgetConfig(config.source, stages, config.default, profiles, requests)
+    return BudgetConfig(config.source, stages, config.default, profiles, requests, every_root=config.every_root)

@@ -17,20 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
+from latency_budget._config.genai_defaults import DIALECTS
 from latency_budget._core.critical_path import RecordedSpan
 
 __all__ = ["OPERATION_KEYS", "nested_calls", "operation_of"]
 
-# The attributes that say which operation a GenAI span performs, in the order they are
-# read: the OpenTelemetry GenAI semantic conventions, OpenInference, OpenLLMetry
-# (Traceloop), Langfuse, and OpenLLMetry's older request type.
-OPERATION_KEYS = (
-    "gen_ai.operation.name",
-    "openinference.span.kind",
-    "traceloop.span.kind",
-    "langfuse.observation.type",
-    "llm.request.type",
-)
+# The attributes that say which operation a GenAI span performs: every key of the dialect
+# table, in its order (the first a span carries is read).
+OPERATION_KEYS: tuple[str, ...] = tuple(dict.fromkeys(dialect.key for dialect in DIALECTS))
 
 
 def operation_of(name: str, attributes: Mapping[str, object]) -> str:

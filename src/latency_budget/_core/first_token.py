@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -10,9 +11,10 @@ from typing import Any
 
 from opentelemetry.sdk.trace import Event
 
+from latency_budget._config.genai_defaults import TOOL_CALL_FINISH_REASONS, TOOL_CALLS_ONLY
 from latency_budget._config.model import FirstTokenSource
 
-__all__ = ["time_to_first_token_ns"]
+__all__ = ["answered_with_tool_calls_only", "parse_instant_ns", "time_to_first_token_ns"]
 
 _SCALE_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
@@ -29,15 +31,19 @@ def time_to_first_token_ns(
     attributes: Mapping[str, object],
     read_events: Callable[[Any], Sequence[Event]],
     span: object,
+    scope: str = "",
 ) -> int | None:
     """Nanoseconds from the span's start to its first token, from the first usable source.
 
     ``read_events(span)`` gives the span's events; it is called only if an event source
-    is reached (copying a live span's events takes a lock). Values that are non-numeric,
+    is reached (copying a live span's events takes a lock). A source bound to another
+    instrumentation scope than ``scope`` is passed over. Values that are non-numeric,
     negative or not finite are skipped, never an error.
     """
     events: Sequence[Event] | None = None
     for source in sources:
+        if source.scope is not None and source.scope != scope:
+            continue
         if source.attribute is not None:
             value = attributes.get(source.attribute)
             if value is None:
@@ -54,7 +60,7 @@ def time_to_first_token_ns(
 
 def _from_attribute(value: object, unit: str, start_ns: int) -> int | None:
     if unit == "iso8601":
-        instant = _parse_instant_ns(value)
+        instant = parse_instant_ns(value)
         if instant is None or instant < start_ns:
             return None
         return instant - start_ns
@@ -78,7 +84,7 @@ def _from_event(name: str | None, start_ns: int, events: Sequence[Event]) -> int
     return None
 
 
-def _parse_instant_ns(value: object) -> int | None:
+def parse_instant_ns(value: object) -> int | None:
     """An ISO-8601 instant with a zone, as nanoseconds since the epoch; ``None`` if it is not one.
 
     Accepts what instrumentations write: Langfuse's JSON-encoded string (``'"...Z"'``),
@@ -109,3 +115,61 @@ def _parse_instant_ns(value: object) -> int | None:
         seconds -= sign * (hours * 3600 + minutes * 60)
     nanos = int(fraction[:9].ljust(9, "0")) if fraction else 0
     return seconds * 1_000_000_000 + nanos
+
+
+def answered_with_tool_calls_only(attributes: Mapping[str, object]) -> bool:
+    """Whether a model call's final attributes say it answered with tool calls only, no text.
+
+    Such a call's first chunk is no token the user sees: it is not the request's first
+    token. Read from the first row of ``TOOL_CALLS_ONLY`` the span carries; a span that
+    says nothing is taken to have answered (as before).
+    """
+    for row in TOOL_CALLS_ONLY:
+        if row.finish_key is not None:
+            value = attributes.get(row.finish_key)
+            if value is None:
+                continue
+            reasons = _reasons(value)
+            if not isinstance(reasons, (tuple, list)) or not reasons:
+                return False
+            return all(reason in TOOL_CALL_FINISH_REASONS for reason in reasons)
+        if row.messages_key is not None:
+            messages = attributes.get(row.messages_key)
+            if messages is None:
+                continue
+            return _only_tool_call_parts(messages)
+        if row.tool_call_key is not None and attributes.get(row.tool_call_key) is not None:
+            return not (row.text_key is not None and attributes.get(row.text_key))
+    return False
+
+
+def _reasons(value: object) -> object:
+    """Finish reasons as a sequence: one string, a sequence, or a JSON array in a string (as Jaeger keeps arrays)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith("["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return ()
+    return (value,)
+
+
+def _only_tool_call_parts(messages: object) -> bool:
+    """Whether output messages (JSON text, as the conventions write them) have parts, all of them tool calls."""
+    if not isinstance(messages, str):
+        return False
+    try:
+        decoded = json.loads(messages)
+    except ValueError:
+        return False
+    if not isinstance(decoded, list):
+        return False
+    types = [
+        part.get("type")
+        for message in decoded
+        if isinstance(message, dict) and isinstance(message.get("parts"), list)
+        for part in message["parts"]
+        if isinstance(part, dict)
+    ]
+    return bool(types) and all(kind == "tool_call" for kind in types)

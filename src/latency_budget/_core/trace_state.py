@@ -15,11 +15,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
+from latency_budget._config.genai_defaults import plausible_request
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
-from latency_budget._core.first_token import time_to_first_token_ns
+from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
 from latency_budget._core.report import TraceReport
 
@@ -107,8 +108,9 @@ class TraceState:
         self.spans: list[RecordedSpan] = []
         # The names of the recorded stage spans, by span id, so that hints can name them.
         self.names: dict[int, str] = {}
-        # (stage, span start, time to first token) of the recorded stage spans that have one.
-        self.first_tokens: list[tuple[int, int, int]] = []
+        # (stage, span start, time to first token, whether the user saw it) of the recorded
+        # stage spans that have one: a call that answered with tool calls only showed nothing.
+        self.first_tokens: list[tuple[int, int, int, bool]] = []
         # The recorded stage spans other than the root, with their (frozen) attributes, for
         # the latency levers (_core/calls.py RawCall): read only when the root ends.
         self.calls: list[tuple[int, int, int, int, int | None, Mapping[str, object]]] = []
@@ -161,7 +163,8 @@ class TraceState:
                 self.truncated = True
             return -1
         sources = config.stages[stage].first_token
-        ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source) if sources else None
+        ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
+        seen = ttft is not None and not answered_with_tool_calls_only(attributes)
         if len(spans) < self.max_spans or span_id == self.root_id:
             # Name and call before the append: a span in a snapshot has both, for the hints.
             self.names[span_id] = name
@@ -169,15 +172,18 @@ class TraceState:
                 self.calls.append((span_id, stage, start, end, ttft, attributes))
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
-                self.first_tokens.append((stage, start, ttft))
+                self.first_tokens.append((stage, start, ttft, seen))
         else:
             self.truncated = True
             with self.lock:
-                self.record_overflow(stage, start, end, ttft)
+                self.record_overflow(stage, start, end, ttft, seen)
         return stage
 
-    def record_overflow(self, stage: int, start: int, end: int, first_token_ns: int | None) -> None:
-        """Count a stage span that did not fit in ``spans`` (it adds to counts, not to unions)."""
+    def record_overflow(self, stage: int, start: int, end: int, first_token_ns: int | None, seen: bool) -> None:
+        """Count a stage span that did not fit in ``spans`` (it adds to counts, not to unions).
+
+        ``seen``: its first token is one the user saw (it did not answer with tool calls only).
+        """
         overflow = self.overflow
         if overflow is None:
             overflow = self.overflow = [None] * len(self.budgets.stages)
@@ -185,10 +191,26 @@ class TraceState:
         if tally is None:
             tally = overflow[stage] = StageTally()
         tally.add(start, end, first_token_ns)
-        if first_token_ns is not None:
+        if first_token_ns is not None and seen:
             instant = start + first_token_ns
             if self.overflow_first_token_at is None or instant < self.overflow_first_token_at:
                 self.overflow_first_token_at = instant
+
+    def judged_by_default(self, kind: SpanKind, remote_parent: bool, attributes: Mapping[str, object]) -> bool:
+        """Whether the local root, ended with these properties, is judged under the default ``requests`` rule.
+
+        Always true when the budget file's ``requests`` decides instead (or it has no
+        ``model_call`` stage). Otherwise: when the root is plausibly a request by itself
+        (``genai_defaults.plausible_request``), or when it contains a model call.
+        """
+        stage = self.config.default_rule_stage
+        if stage < 0 or plausible_request(kind, remote_parent, attributes):
+            return True
+        for span in self.spans:
+            if span[4] == stage:
+                return True
+        overflow = self.overflow
+        return overflow is not None and overflow[stage] is not None
 
     def call_kinds(self) -> dict[int, str]:
         """What kind of call each recorded stage span but the root is (see calls.py), for hints."""
@@ -247,13 +269,14 @@ class TraceState:
                         inner_busy[stage] += end - start
         worst_ttft: list[int | None] = [None] * stage_count
         first_token_at = self.overflow_first_token_at
-        for stage, start, first_token in first_tokens:
+        for stage, start, first_token, seen in first_tokens:
             if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
                 continue
             worst = worst_ttft[stage]
             if worst is None or first_token > worst:
                 worst_ttft[stage] = first_token
-            if first_token_at is None or start + first_token < first_token_at:
+            # The request's first token is the first text the user sees: not a chunk of tool calls.
+            if seen and (first_token_at is None or start + first_token < first_token_at):
                 first_token_at = start + first_token
         overflow = self.overflow
         total_ms = max(0, root_end - root_start) / 1e6

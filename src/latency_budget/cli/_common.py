@@ -27,7 +27,8 @@ EXIT_INTERNAL = 3
 EXIT_STATUS = """\
 exit status:
   0  success (check: every error-level check passes)
-  1  a budget failed (check: an error-level check fails; validate: the budget file is invalid)
+  1  a budget failed (check: an error-level check fails; validate: the budget file is invalid;
+     doctor: it found something the budget file misses)
   2  unusable input: bad options, an unreadable or malformed file, an unreachable Jaeger or Collector
   3  internal error (please report it)
   4  the output could not be written (a full disk, a file that cannot be created);

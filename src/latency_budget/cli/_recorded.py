@@ -23,6 +23,7 @@ __all__ = [
     "add_trace_arguments",
     "load_config",
     "load_recorded",
+    "load_traces",
     "percentile_arg",
     "positive_int",
 ]
@@ -138,6 +139,30 @@ def _builtin_budgets() -> BudgetConfig:
 def load_recorded(args: argparse.Namespace) -> Recorded:
     """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
     config, label = load_config(args.budgets)
+    traces = load_traces(args)
+    reports = evaluate_spans(config, traces.spans)
+    if not reports and not config.every_root:
+        if config.requests is not None:
+            rules, fix = "the 'requests' rules", "check its requests rules"
+        else:  # the default: a server or consumer span, a remote parent, an agent, or a model call
+            rules = "the default 'requests' rule (server, consumer, remote parent, agent or workflow, model call)"
+            fix = "'requests: all' judges every local root; 'latency-budget doctor' lists AI spans in no stage"
+        raise CliError(
+            f"{traces.source_label}: no local root is a request under {rules} of {label} "
+            f"({len(traces.spans)} spans in {traces.trace_count} traces); {fix}"
+        )
+    summary = summarize(config, reports)
+    if summary.stage_span_count == 0:
+        raise CliError(
+            f"{traces.source_label}: no span matched a stage of {label} "
+            f"({len(traces.spans)} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
+            "check --budgets and its match rules"
+        )
+    return Recorded(config, label, traces, reports, summary)
+
+
+def load_traces(args: argparse.Namespace) -> TraceSet:
+    """The traces named by ``args`` (files, or Jaeger), within the input limits; none at all is an error."""
     limits = InputLimits(
         max_bytes=args.max_input_size,
         max_line_bytes=args.max_line_size,
@@ -164,20 +189,7 @@ def load_recorded(args: argparse.Namespace) -> Recorded:
             raise CliError(f"{traces.source_label}: no spans found")
     for message in traces.repairs.messages():
         warn(f"{traces.source_label}: {message}")
-    reports = evaluate_spans(config, traces.spans)
-    if not reports and config.requests is not None:
-        raise CliError(
-            f"{traces.source_label}: no local root is a request under the 'requests' rules of {label} "
-            f"({len(traces.spans)} spans in {traces.trace_count} traces); check its requests rules"
-        )
-    summary = summarize(config, reports)
-    if summary.stage_span_count == 0:
-        raise CliError(
-            f"{traces.source_label}: no span matched a stage of {label} "
-            f"({len(traces.spans)} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
-            "check --budgets and its match rules"
-        )
-    return Recorded(config, label, traces, reports, summary)
+    return traces
 
 
 def positive_int(text: str) -> int:

@@ -13,13 +13,13 @@ from typing import NoReturn
 
 from latency_budget._encode import terminal_text
 from latency_budget._version import __version__
-from latency_budget.cli import check, demo, report, rules, schema, serve, suggest, validate
+from latency_budget.cli import check, demo, doctor, report, rules, schema, serve, suggest, validate
 from latency_budget.cli._common import EXIT_INTERNAL, CliError
 from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = (demo, validate, check, report, suggest, rules, schema, serve)
+_SUBCOMMANDS = (demo, validate, check, report, suggest, doctor, rules, schema, serve)
 
 
 class _Parser(argparse.ArgumentParser):

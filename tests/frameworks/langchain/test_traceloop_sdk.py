@@ -68,7 +68,9 @@ def test_traceloop_tools_are_tool_calls_and_workflows_agents_tasks_are_not(trace
     """Two @tool calls under @workflow > @agent are the request's tool_calls; @task, @agent, @workflow are not."""
     traceloop_pipe.exporter.clear()
     traceloop_pipe.handed.ended.clear()
-    with trace.get_tracer("app").start_as_current_span("request"):
+    # An incoming request (a server span): a plain root with tool calls only and no model call
+    # would be left alone by the default `requests` rule.
+    with trace.get_tracer("app").start_as_current_span("request", kind=trace.SpanKind.SERVER):
         assert answer("paris") == ["sunny in Paris", "sunny in Berlin"]
     outcome = Outcome(traceloop_pipe)
     assert outcome.stage_names() == {"tool_calls": Counter({"get_weather.tool": 2})}
@@ -82,4 +84,14 @@ def test_traceloop_tools_are_tool_calls_and_workflows_agents_tasks_are_not(trace
     }
     assert outcome.counts() == {"tool_calls": 2}
     assert outcome.violation_kinds() == []
+    outcome.assert_exported_once()
+
+
+def test_traceloop_workflow_as_the_root_is_a_request(traceloop_pipe: Pipeline) -> None:
+    """With no span around it, the @workflow span is the root: an invocation, judged by the default rule."""
+    traceloop_pipe.exporter.clear()
+    traceloop_pipe.handed.ended.clear()
+    assert answer("paris") == ["sunny in Paris", "sunny in Berlin"]
+    outcome = Outcome(traceloop_pipe, root_name="answer.workflow")
+    assert outcome.counts() == {"tool_calls": 2}
     outcome.assert_exported_once()

@@ -159,6 +159,19 @@ def test_openinference_indexing_outside_a_request_is_traces_of_its_own(openinfer
     assert sorted(s.context.span_id for s in outcome_spans if s.context) == ended
 
 
+def test_openinference_indexing_is_left_alone_by_default(openinference: Pipeline) -> None:
+    """With no `requests` rule, indexing roots (no model call in them) are not judged; the query after is."""
+    index = build_index()
+    indexing = list(openinference.finished())
+    roots = [s for s in indexing if s.parent is None]
+    assert {"SentenceSplitter.__call__", "MockEmbedding.get_text_embedding_batch"} <= {s.name for s in roots}
+    assert all(openinference.passed_untouched(s) for s in roots)
+    assert not any(key.startswith("latency_budget.") for s in roots for key in s.attributes or {})
+    outcome = query(openinference, index, stream=False)
+    assert outcome.counts() == {"retrieval": 1, "model_call": 1, "tool_calls": 1}
+    outcome.assert_exported_once()
+
+
 def test_openinference_indexing_is_left_alone_under_a_requests_rule() -> None:
     """With `requests: {name: request}`, building an index judges and labels nothing; the query is judged as before."""
     for pipe in instrumented(OpenInferenceInstrumentor(), requests="{name: request}"):

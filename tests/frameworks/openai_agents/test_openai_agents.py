@@ -21,6 +21,8 @@ from opentelemetry.instrumentation.openai import OpenAIInstrumentor as OpenLLMet
 from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor as OpenLLMetryAgents
 from opentelemetry.sdk.trace import TracerProvider
 
+from latency_budget._core.first_token import answered_with_tool_calls_only
+
 from ...instrumentation.fake_openai import MODEL, TOOL_NAME, FakeOpenAIServer, serve
 from ..stacks import Outcome, budget_pipeline, event_offset_ns
 
@@ -137,7 +139,11 @@ def test_counts_are_the_real_calls(
 def test_first_token_comes_only_from_the_openai_client_instrumentation(
     run: Callable[[bool], Outcome], request: pytest.FixtureRequest
 ) -> None:
-    """Neither agents instrumentation records a first token; OpenLLMetry's openai chunk events do."""
+    """Neither agents instrumentation records a first token; OpenLLMetry's openai chunk events do.
+
+    The first call streamed a tool call only (its span says so): the request's first token
+    is the answering call's first chunk, the first text the user sees.
+    """
     outcome = run(True)
     stage_ms, request_ms = outcome.first_token_ms()
     if _stack(request) != "openinference+openllmetry-openai":
@@ -148,6 +154,10 @@ def test_first_token_comes_only_from_the_openai_client_instrumentation(
     offsets = {s.context.span_id: event_offset_ns(s, CHUNK_EVENT) for s in chats if s.context}
     assert len(offsets) == 2
     assert all(v is not None for v in offsets.values())
-    first = min((s.start_time or 0) + (offsets[s.context.span_id] or 0) for s in chats if s.context)
+    planning, answering = sorted(chats, key=lambda s: s.start_time or 0)
+    assert answered_with_tool_calls_only(dict(planning.attributes or {}))
+    assert not answered_with_tool_calls_only(dict(answering.attributes or {}))
+    assert answering.context is not None
+    first = (answering.start_time or 0) + (offsets[answering.context.span_id] or 0)
     assert request_ms == pytest.approx((first - (outcome.root.start_time or 0)) / 1e6, abs=1e-3)
     assert stage_ms is not None

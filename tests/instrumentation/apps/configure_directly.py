@@ -13,7 +13,7 @@ from latency_budget._instrument.configurator import LatencyBudgetConfigurator
 
 
 def request(name: str) -> None:
-    with trace.get_tracer("app").start_as_current_span(name):
+    with trace.get_tracer("app").start_as_current_span(name, kind=trace.SpanKind.SERVER):  # an incoming request
         pass
 
 

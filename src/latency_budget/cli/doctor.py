@@ -1,0 +1,413 @@
+"""``latency-budget doctor TRACES``: what the budget file misses in recorded traces, and the YAML that fixes it.
+
+Three kinds of finding, each with the budget-file text that would fix it:
+
+- spans that look like AI calls (by name, kind, or keys that mention a model, tokens, a
+  prompt, a tool or a retriever) but are in no stage: the ``match`` rule that stages them;
+- stage spans that look like bookkeeping (under a millisecond, with a placeholder name or
+  value): the stage's rules with an ``unless`` that leaves them out;
+- attributes and events that look like a time to first token but are not read: the
+  stage's ``first_token`` setting, with the unit the values fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from opentelemetry.trace import SpanKind
+
+from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
+from latency_budget._config.genai_defaults import DIALECTS, NOT_CALLS, builtin_rules, looks_like_a_call
+from latency_budget._config.matching import MatchRule, vetoed
+from latency_budget._core.first_token import parse_instant_ns
+from latency_budget._replay import SpanRecord
+
+from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
+from ._output import emit
+from ._recorded import add_budgets_argument, add_trace_arguments, load_config, load_traces
+from ._summary import plural
+
+__all__ = ["Finding", "diagnose", "register"]
+
+_DESCRIPTION = """\
+Find what the budget file misses in recorded traces, and print the YAML that fixes it.
+
+Lists spans that look like AI calls but landed in no stage (by name, kind, and keys that
+mention a model, tokens, a prompt, a tool or a retriever), stage spans that look like
+bookkeeping (under a millisecond, with a placeholder name or value), and attributes or
+events that look like a time to first token but are not read. For each it prints the
+`match` rule, `unless` veto or `first_token` setting that would fix it, as budget-file
+YAML (checked with the loader). Exit status 1 when it found something."""
+
+# Words that say what a call is, looked for in a span's name, in its type-like attribute
+# values and in its attribute keys, in that order; the first stage found wins.
+_STAGE_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("tool_calls", ("tool", "function_call")),
+    ("retrieval", ("retriev", "embed", "rerank", "vector", "search")),
+    ("model_call", ("llm", "chat", "generat", "completion", "predict", "invoke_model", "model")),
+)
+_AI_KEY_WORDS = ("model", "token", "prompt", "tool", "retriev", "embedding", "completion", "llm")
+# Names and values of containers: they hold calls, they are not calls.
+_CONTAINER_WORDS = ("agent", "workflow", "pipeline", "chain", "crew", "task", "graph", "session", "run_stream")
+_PLACEHOLDER = re.compile(r"^[(<\[{].*[)>\]}]$|placeholder|dummy|merged|noop|\bn/a\b|unknown", re.IGNORECASE)
+_FIRST_TOKEN_KEY = re.compile(r"first[._ ]?(token|chunk)|ttft|completion_start", re.IGNORECASE)
+_TYPE_KEY = re.compile(r"(^|[._])(type|kind|operation(\.name)?)$")
+_BOOKKEEPING_NS = 1_000_000  # under a millisecond
+_UNITS_NS = (("s", 1e9), ("ms", 1e6), ("us", 1e3), ("ns", 1.0))
+
+
+@dataclass
+class Finding:
+    """One thing the budget file misses: what was seen, on how many spans, and the YAML that fixes it."""
+
+    kind: str  # "unstaged", "bookkeeping" or "first_token"
+    stage: str
+    what: str  # a short description of the spans
+    spans: int
+    example: str  # the first span's name
+    fix: dict[str, Any] = field(default_factory=dict)  # a budget-file fragment (stages: {...})
+
+
+def register(commands: Any) -> None:
+    """Add the ``doctor`` subcommand."""
+    parser = commands.add_parser(
+        "doctor",
+        help="find AI spans in no stage, bookkeeping in a stage and unread first tokens, with the YAML that fixes them",
+        description=_DESCRIPTION,
+        epilog=example_epilog(
+            "latency-budget doctor traces.jsonl",
+            "latency-budget doctor traces.jsonl --budgets budgets.yaml",
+        ),
+        formatter_class=raw_help(),
+    )
+    add_trace_arguments(parser)
+    add_budgets_argument(parser, required=False)
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Diagnose the traces; 0 when nothing is missed, 1 when something is."""
+    config, label = load_config(args.budgets)
+    traces = load_traces(args)
+    findings = diagnose(config, traces.spans)
+    fix = merged_fix(findings, keep=config.stage_names)
+    if fix:
+        try:  # what is printed must be a valid budget file fragment
+            load_budgets(text=yaml.safe_dump({"version": 1, **fix}, sort_keys=False), source="<doctor>")
+        except BudgetConfigError as exc:
+            raise CliError(
+                f"internal error (please report it): doctor wrote an invalid rule: {exc}", EXIT_INTERNAL
+            ) from exc
+    if args.format == "json":
+        emit(
+            json.dumps(
+                {
+                    "findings": [
+                        {"kind": f.kind, "stage": f.stage, "what": f.what, "spans": f.spans, "example": f.example}
+                        for f in findings
+                    ],
+                    "fix": fix,
+                },
+                ensure_ascii=False,
+                indent=2,
+            )
+            + "\n"
+        )
+    else:
+        emit(_text(findings, fix, label, len(traces.spans)))
+    return 1 if findings else 0
+
+
+def diagnose(config: BudgetConfig, spans: Sequence[SpanRecord]) -> list[Finding]:
+    """Every finding in ``spans`` under ``config``, unstaged AI spans first."""
+    unstaged: dict[tuple[str, str, str], list[SpanRecord]] = {}  # (stage, rule kind, signature) -> spans
+    bookkeeping: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, key, value) -> spans
+    first_tokens: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, attribute or event, unit) -> spans
+    classifier = config.classifier
+    vetoes = {rule.unless for stage in config.stages for rule in stage.rules if rule.unless}
+    for span in spans:
+        stage = classifier.classify(span.name, span.kind, span.scope, span.attributes)
+        if stage < 0:
+            if any(vetoed(veto, span.attributes) for veto in vetoes):
+                continue  # left out on purpose by a rule's unless: bookkeeping, not a call
+            guessed = _unstaged(span)
+            if guessed is not None:
+                unstaged.setdefault(guessed, []).append(span)
+            continue
+        veto = _bookkeeping(span)
+        if veto is not None:
+            bookkeeping.setdefault((stage, *veto), []).append(span)
+        for found in _unread_first_tokens(config, stage, span):
+            first_tokens.setdefault((stage, *found), []).append(span)
+    findings = [_unstaged_finding(config, key, found) for key, found in unstaged.items()]
+    findings += [_bookkeeping_finding(config, key, found) for key, found in bookkeeping.items()]
+    findings += [_first_token_finding(config, key, found) for key, found in first_tokens.items()]
+    return findings
+
+
+# -- AI calls in no stage ----------------------------------------------------------------------------------------
+
+
+def _unstaged(span: SpanRecord) -> tuple[str, str, str] | None:
+    """(stage, "attribute KEY" or "name", value) for a span in no stage that looks like an AI call; None if not."""
+    attributes = span.attributes
+    keys = [key for key in attributes if not key.startswith("latency_budget.")]
+    ai_keys = [key for key in keys if any(word in key.lower() for word in _AI_KEY_WORDS)]
+    typed = [(key, value) for key, value in attributes.items() if isinstance(value, str) and _TYPE_KEY.search(key)]
+    texts = [span.name.lower(), *(value.lower() for _, value in typed)]
+    if not (ai_keys or looks_like_a_call(attributes) or _guess(texts) is not None):
+        return None
+    if _known_container(attributes):
+        return None
+    stage = _guess(texts) or _guess([key.lower() for key in ai_keys])
+    if stage is None or (span.kind is SpanKind.SERVER and not ai_keys):
+        return None
+    # The most specific signature: a type-like attribute whose value names the call, else the name.
+    for key, value in typed:
+        if _guess([value.lower()]) == stage and not _is_container(value):
+            return stage, f"attribute {key}", value
+    if _is_container(_last_segment(span.name)):
+        return None
+    return stage, "name", _name_glob(span.name)
+
+
+def _guess(texts: Iterable[str]) -> str | None:
+    for text in texts:
+        last = _last_segment(text)
+        for stage, words in _STAGE_WORDS:
+            if any(word in last for word in words):
+                return stage
+    for text in texts:
+        if _is_container(text):
+            continue
+        for stage, words in _STAGE_WORDS:
+            if any(word in text for word in words):
+                return stage
+    return None
+
+
+def _last_segment(text: str) -> str:
+    return re.split(r"[.:/ ]", text.strip().lower())[-1] if text.strip() else ""
+
+
+def _is_container(text: str) -> bool:
+    lower = text.lower()
+    return any(word in lower for word in _CONTAINER_WORDS)
+
+
+def _known_container(attributes: Mapping[str, object]) -> bool:
+    for dialect in DIALECTS:
+        value = attributes.get(dialect.key)
+        if isinstance(value, str) and value in dialect.not_stages:
+            return True
+    for entry in NOT_CALLS:
+        value = attributes.get(entry.key)
+        if isinstance(value, str) and value in entry.values:
+            return True
+    return False
+
+
+def _unstaged_finding(config: BudgetConfig, key: tuple[str, str, str], spans: list[SpanRecord]) -> Finding:
+    stage, how, value = key
+    if how == "name":
+        rule: dict[str, Any] = {"name": value}
+        what = f"spans named like {value!r}"
+    else:
+        attribute = how.split(" ", 1)[1]
+        rule = {"attributes": {attribute: [value]}}
+        what = f"spans with {attribute}={value!r}"
+    return Finding("unstaged", stage, what, len(spans), spans[0].name, _stage_fix(config, stage, [rule]))
+
+
+def _name_glob(name: str) -> str:
+    """A glob for spans named like ``name``: ``tool weather`` -> ``tool *`` (the rest is usually a variable part)."""
+    first, space, _ = name.partition(" ")
+    escaped = re.sub(r"([*?\[])", r"[\1]", first)
+    return f"{escaped} *" if space and first else escaped
+
+
+# -- bookkeeping in a stage --------------------------------------------------------------------------------------
+
+
+def _bookkeeping(span: SpanRecord) -> tuple[str, str] | None:
+    """(key, placeholder value) of a sub-millisecond stage span with a placeholder value; None if it is no such span."""
+    if span.end_ns - span.start_ns >= _BOOKKEEPING_NS:
+        return None
+    for key, value in span.attributes.items():
+        if isinstance(value, str) and not key.startswith("latency_budget.") and _PLACEHOLDER.search(value):
+            return key, value
+    return None
+
+
+def _bookkeeping_finding(config: BudgetConfig, key: tuple[int, str, str], spans: list[SpanRecord]) -> Finding:
+    stage_index, attribute, value = key
+    stage = config.stages[stage_index].name
+    rules = _builtin_yaml(config, stage)
+    what = f"{stage} spans under 1 ms with {attribute}={value!r}"
+    if not rules:  # the stage's own rules (their globs are not kept): say what to add to each
+        what += f"; add `unless: {{{attribute}: [{value!r}]}}` to each of its match rules"
+        return Finding("bookkeeping", stage, what, len(spans), spans[0].name)
+    for rule in rules:
+        rule.setdefault("unless", {}).setdefault(attribute, []).append(value)
+    return Finding("bookkeeping", stage, what, len(spans), spans[0].name, {"stages": {stage: {"match": rules}}})
+
+
+# -- first tokens not read ---------------------------------------------------------------------------------------
+
+
+def _unread_first_tokens(config: BudgetConfig, stage: int, span: SpanRecord) -> list[tuple[str, str]]:
+    """(attribute or "event NAME", unit) of what looks like a first token on a stage span but is not read."""
+    sources = config.stages[stage].first_token
+    read_keys = {s.attribute for s in sources if s.attribute is not None and s.scope in (None, span.scope)}
+    read_events = {s.event for s in sources if s.event is not None}
+    found: list[tuple[str, str]] = []
+    duration_ns = max(0, span.end_ns - span.start_ns)
+    for key, value in span.attributes.items():
+        if key in read_keys or key.startswith("latency_budget.") or not _FIRST_TOKEN_KEY.search(key):
+            continue
+        unit = _unit_of(value, duration_ns)
+        if unit is not None:
+            found.append((key, unit))
+    for event in span.events:
+        name = event.name
+        if name not in read_events and _FIRST_TOKEN_KEY.search(name):
+            found.append((f"event {name}", "event"))
+    return found
+
+
+def _unit_of(value: object, duration_ns: int) -> str | None:
+    """The coarsest unit in which ``value`` is a time within the span, or iso8601 for an instant; None if neither."""
+    if isinstance(value, str):
+        return "iso8601" if parse_instant_ns(value) is not None else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    for unit, scale in _UNITS_NS:
+        if value * scale <= duration_ns:
+            return unit
+    return None
+
+
+def _first_token_finding(config: BudgetConfig, key: tuple[int, str, str], spans: list[SpanRecord]) -> Finding:
+    stage_index, source, unit = key
+    stage = config.stages[stage_index].name
+    if unit == "event":
+        event = source.split(" ", 1)[1]
+        setting: dict[str, Any] = {"events": [event]}
+        what = f"{stage} spans with an event {event!r} not read as the first token"
+    else:
+        setting = {"attributes": {source: unit}}
+        what = f"{stage} spans with {source} (in {unit}, by its values) not read as the first token"
+    return Finding("first_token", stage, what, len(spans), spans[0].name, {"stages": {stage: {"first_token": setting}}})
+
+
+# -- the fix as YAML ---------------------------------------------------------------------------------------------
+
+
+def _stage_fix(config: BudgetConfig, stage: str, added: list[dict[str, Any]]) -> dict[str, Any]:
+    """``stages: {stage: {match: [...]}}``: the built-in rules written out (a match replaces them), then ``added``.
+
+    A stage with match rules of its own keeps them: ``added`` is what to append.
+    """
+    return {"stages": {stage: {"match": [*_builtin_yaml(config, stage), *added]}}}
+
+
+def _builtin_yaml(config: BudgetConfig, stage: str) -> list[dict[str, Any]]:
+    """The stage's rules as YAML when they are the built-in ones (no match of its own), else nothing."""
+    index = config.stage_index.get(stage)
+    builtin = builtin_rules(stage)
+    if builtin is None or (index is not None and config.stages[index].rules != builtin):
+        return []
+    return [_rule_yaml(rule) for rule in builtin]
+
+
+def _rule_yaml(rule: MatchRule) -> dict[str, Any]:
+    """A built-in MatchRule written back as budget-file YAML (attribute conditions and vetoes only)."""
+    out: dict[str, Any] = {}
+    if rule.attributes:
+        out["attributes"] = {key: _values(allowed) for key, allowed in rule.attributes}
+    if rule.exists:
+        out["exists"] = list(rule.exists)
+    if rule.unless:
+        out["unless"] = {key: _values(allowed) for key, allowed in rule.unless}
+    return out
+
+
+def _values(allowed: Iterable[tuple[type, object]]) -> list[object]:
+    return sorted((value for _, value in allowed), key=repr)
+
+
+def merged_fix(findings: Sequence[Finding], keep: Sequence[str] = ()) -> dict[str, Any]:
+    """Every finding's fix in one budget-file fragment: per stage, match rules and first-token settings merged.
+
+    The stages named in ``keep`` (the file's) are listed too, as ``{}`` when nothing changes
+    for them: a file with no ``stages:`` key tracks the three built-in stages, and adding a
+    ``stages:`` with only the fixed ones would drop the others.
+    """
+    if not findings:
+        return {}
+    stages: dict[str, dict[str, Any]] = {name: {} for name in keep}
+    for finding in findings:
+        for stage, spec in finding.fix.get("stages", {}).items():
+            merged = stages.setdefault(stage, {})
+            if "match" in spec:
+                rules = merged.setdefault("match", [])
+                for rule in spec["match"]:
+                    _add_rule(rules, rule)
+            if "first_token" in spec:
+                setting = merged.setdefault("first_token", {})
+                for part, value in spec["first_token"].items():
+                    if part == "events":
+                        setting.setdefault("events", [])
+                        setting["events"] += [v for v in value if v not in setting["events"]]
+                    else:
+                        setting.setdefault("attributes", {}).update(value)
+    return {"stages": stages} if stages else {}
+
+
+def _add_rule(rules: list[dict[str, Any]], rule: dict[str, Any]) -> None:
+    """Add ``rule``, or merge its vetoes into an equal rule already there."""
+    bare = {k: v for k, v in rule.items() if k != "unless"}
+    for existing in rules:
+        if {k: v for k, v in existing.items() if k != "unless"} == bare:
+            for key, values in rule.get("unless", {}).items():
+                kept = existing.setdefault("unless", {}).setdefault(key, [])
+                kept += [v for v in values if v not in kept]
+            return
+    rules.append(json.loads(json.dumps(rule)))
+
+
+def _text(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_count: int) -> str:
+    if not findings:
+        return f"Nothing missed in {plural(span_count, 'span')} under {label}.\n"
+    titles = {
+        "unstaged": "Look like AI calls, in no stage",
+        "bookkeeping": "In a stage, look like bookkeeping",
+        "first_token": "Look like a first token, not read",
+    }
+    lines = [f"{plural(len(findings), 'finding')} in {plural(span_count, 'span')} under {label}:"]
+    for kind, title in titles.items():
+        of_kind = [f for f in findings if f.kind == kind]
+        if not of_kind:
+            continue
+        lines += ["", f"{title}:"]
+        for finding in of_kind:
+            lines.append(
+                f"  {finding.stage}: {plural(finding.spans, 'span')}, {finding.what} (e.g. {finding.example!r})"
+            )
+    counts = Counter(f.stage for f in findings)
+    lines += [
+        "",
+        f"Add to the budget file (stages {', '.join(sorted(counts))}; a stage's match replaces its built-in rules,",
+        "so they are written out in full):",
+        "",
+        yaml.safe_dump(dict(fix), sort_keys=False, allow_unicode=True, width=1000).rstrip(),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,192 @@
+"""Dialect rows read from source only: each framework's span shapes, as its tracer's source writes them.
+
+These frameworks are not run in tests/frameworks; each test rebuilds the spans their source
+shows (names, kinds, scope and the attributes that matter), through a real pipeline with no
+``match`` rules, and checks stages, counts, first token and which roots are judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from latency_budget import _attributes as attr
+from latency_budget._config.genai_defaults import DIALECTS
+from latency_budget._core.calls import OPERATION_KEYS, operation_of
+
+from .helpers import Pipeline, at, pipeline
+
+NO_MATCH_RULES = "version: 1\ntotal_ms: 60000\n"
+
+
+def _span(
+    p: Pipeline,
+    scope: str,
+    name: str,
+    start: float,
+    end: float,
+    parent: trace.Span | None,
+    attributes: Mapping[str, object],
+    kind: SpanKind = SpanKind.INTERNAL,
+) -> trace.Span:
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    span = p.provider.get_tracer(scope).start_span(
+        name,
+        context=context,
+        attributes=attributes,
+        start_time=at(start),
+        kind=kind,  # type: ignore[arg-type]
+    )
+    if end >= 0:
+        span.end(end_time=at(end))
+    return span
+
+
+def _counts(p: Pipeline, root: str) -> dict[str, int]:
+    attributes = dict(p.span(root).attributes or {})
+    return {
+        stage: attributes[attr.stage_key(stage, "count")]
+        for stage in ("retrieval", "model_call", "tool_calls")
+        if attr.stage_key(stage, "count") in attributes
+    }
+
+
+def test_strands_agents_chat_and_tools_with_its_millisecond_first_token() -> None:
+    """Strands: invoke_agent > chat (first token in ms, a metric's name) > execute_tool; the agent root is judged."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "strands.telemetry.tracer"
+    agent = _span(p, scope, "invoke_agent weather", 0, -1, None, {"gen_ai.operation.name": "invoke_agent"})
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "gen_ai.server.request.duration": 300}
+    _span(p, scope, "chat", 10, 310, agent, {**chat, "gen_ai.server.time_to_first_token": 120})
+    _span(p, scope, "execute_tool get_weather", 310, 360, agent, {"gen_ai.operation.name": "execute_tool"})
+    _span(p, scope, "chat", 360, 700, agent, {**chat, "gen_ai.server.time_to_first_token": 90})
+    agent.end(end_time=at(710))
+    assert _counts(p, "invoke_agent weather") == {"model_call": 2, "tool_calls": 1}
+    request = dict(p.span("invoke_agent weather").attributes or {})
+    assert request[attr.stage_key("model_call", "worst_first_token_ms")] == 120.0
+    assert request[attr.TOTAL_FIRST_TOKEN_MS] == 130.0
+
+
+def test_google_adk_merged_tool_span_is_not_a_call() -> None:
+    """ADK: two parallel execute_tool spans, then `execute_tool (merged)` with `(merged tools)`: two tool calls."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "gcp.vertex.agent"
+    agent = _span(p, scope, "invoke_agent root", 0, -1, None, {"gen_ai.operation.name": "invoke_agent"})
+    model = {"gen_ai.operation.name": "generate_content", "gen_ai.request.model": "gemini"}
+    _span(p, scope, "generate_content gemini", 1, 200, agent, model)
+    for n in range(2):
+        tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": f"t{n}"}
+        _span(p, scope, f"execute_tool t{n}", 200, 260 + n, agent, tool)
+    merged = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "(merged tools)",
+        "gen_ai.tool.call.id": "e1",
+    }
+    _span(p, scope, "execute_tool (merged)", 261, 261.2, agent, merged)
+    _span(p, scope, "generate_content gemini", 262, 400, agent, model)
+    agent.end(end_time=at(401))
+    assert _counts(p, "invoke_agent root") == {"model_call": 2, "tool_calls": 2}
+    assert attr.STAGE not in (p.span("execute_tool (merged)").attributes or {})
+
+
+def test_semantic_kernel_operation_names_are_model_calls() -> None:
+    """Semantic Kernel's dotted, plural operation names (streamed or not) are model calls; its tools execute_tool."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "semantic_kernel.utils.telemetry.model_diagnostics.decorators"
+    root = _span(p, "app", "POST /chat", 0, -1, None, {}, kind=SpanKind.SERVER)
+    for n, operation in enumerate(("chat.completions", "chat.streaming_completions", "text.completions")):
+        _span(p, scope, f"{operation} gpt", n * 100, n * 100 + 90, root, {"gen_ai.operation.name": operation})
+    _span(p, scope, "execute_tool f", 300, 320, root, {"gen_ai.operation.name": "execute_tool"})
+    root.end(end_time=at(400))
+    assert _counts(p, "POST /chat") == {"model_call": 3, "tool_calls": 1}
+
+
+def test_langsmith_runs_are_staged_by_run_type_and_prompt_runs_are_not_calls() -> None:
+    """LangSmith's export: llm, retriever, tool are calls; a prompt run (also marked `chat`) and chains are not."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "langsmith"
+
+    def run(name: str, start: float, end: float, parent: trace.Span | None, kind: str, operation: str) -> trace.Span:
+        return _span(
+            p, scope, name, start, end, parent, {"langsmith.span.kind": kind, "gen_ai.operation.name": operation}
+        )
+
+    graph = run("LangGraph", 0, -1, None, "chain", "chain")
+    run("retrieve", 1, 50, graph, "retriever", "embeddings")
+    run("ChatPromptTemplate", 50, 51, graph, "prompt", "chat")
+    run("ChatOpenAI", 51, 400, graph, "llm", "chat")
+    run("search", 400, 450, graph, "tool", "execute_tool")
+    run("StrOutputParser", 450, 451, graph, "parser", "parser")
+    graph.end(end_time=at(460))
+    assert _counts(p, "LangGraph") == {"retrieval": 1, "model_call": 1, "tool_calls": 1}
+    assert attr.STAGE not in (p.span("ChatPromptTemplate").attributes or {})
+
+
+def test_mlflow_span_types_are_read_json_encoded() -> None:
+    """MLflow writes attributes JSON-encoded: `"CHAT_MODEL"`, `"RETRIEVER"`, `"TOOL"`; an `"AGENT"` root is judged."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "mlflow.tracing"
+    agent = _span(p, scope, "agent", 0, -1, None, {"mlflow.spanType": '"AGENT"'})
+    _span(p, scope, "retrieve", 1, 50, agent, {"mlflow.spanType": '"RETRIEVER"'})
+    _span(p, scope, "ChatOpenAI", 50, 300, agent, {"mlflow.spanType": '"CHAT_MODEL"'})
+    _span(p, scope, "lookup", 300, 320, agent, {"mlflow.spanType": '"TOOL"'})
+    _span(p, scope, "parse", 320, 321, agent, {"mlflow.spanType": '"PARSER"'})
+    agent.end(end_time=at(330))
+    assert _counts(p, "agent") == {"retrieval": 1, "model_call": 1, "tool_calls": 1}
+
+
+def test_haystack_components_are_staged_by_type_and_the_pipeline_is_judged_for_its_model_call() -> None:
+    """Haystack: component runs staged by class; the pipeline root contains a model call, so it is judged."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "haystack"
+    root = _span(p, scope, "haystack.pipeline.run", 0, -1, None, {"haystack.pipeline.max_runs_per_component": 100})
+    for start, end, component in (
+        (1, 40, "InMemoryBM25Retriever"),
+        (40, 41, "PromptBuilder"),
+        (41, 300, "OpenAIChatGenerator"),
+    ):
+        attributes = {"haystack.component.type": component, "haystack.component.name": component.lower()}
+        _span(p, scope, "haystack.component.run", start, end, root, attributes)
+    root.end(end_time=at(301))
+    assert _counts(p, "haystack.pipeline.run") == {"retrieval": 1, "model_call": 1}
+
+
+def test_haystack_indexing_pipeline_is_start_up_work() -> None:
+    """A Haystack indexing run (document embedder, writer; no model call, INTERNAL root) is left alone by default."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "haystack", "haystack.pipeline.run", 0, -1, None, {})
+    for component in ("SentenceTransformersDocumentEmbedder", "DocumentWriter"):
+        _span(p, "haystack", "haystack.component.run", 1, 900, root, {"haystack.component.type": component})
+    root.end(end_time=at(901))
+    assert p.reports == []
+    assert p.passed_untouched(p.span("haystack.pipeline.run"))
+
+
+def test_autogen_create_agent_is_start_up_and_invoke_agent_is_a_request() -> None:
+    """AutoGen's `create_agent` root (start-up) is not judged; its `invoke_agent` root with a tool call is."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "autogen-core"
+    _span(p, scope, "create_agent assistant", 0, 1, None, {"gen_ai.operation.name": "create_agent"})
+    run = _span(p, scope, "invoke_agent assistant", 10, -1, None, {"gen_ai.operation.name": "invoke_agent"})
+    _span(p, scope, "execute_tool add", 11, 20, run, {"gen_ai.operation.name": "execute_tool"})
+    run.end(end_time=at(30))
+    assert [r.root_name for r in p.reports] == ["invoke_agent assistant"]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=[f"{d.source}:{d.key}" for d in DIALECTS])
+def test_every_dialect_key_is_an_operation_key(dialect: object) -> None:
+    """OPERATION_KEYS is derived from DIALECTS: a span with only a row's key is of that kind of call."""
+    key = dialect.key  # type: ignore[attr-defined]
+    value = next(iter(dialect.values))  # type: ignore[attr-defined]
+    assert key in OPERATION_KEYS
+    assert operation_of("some span", {key: value}) == value
+
+
+def test_operation_keys_keep_the_dialect_order_without_repeats() -> None:
+    """The first key a span carries decides its kind of call, in the table's order."""
+    assert tuple(dict.fromkeys(d.key for d in DIALECTS)) == OPERATION_KEYS
+    both = {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
+    assert operation_of("x", both) == "chat"
