@@ -30,9 +30,11 @@ from latency_budget._config import BudgetConfig
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import event_time_ns, hint_attributes, root_attributes, violation_attributes
+from latency_budget._core.call_facts import Call
+from latency_budget._core.hints import Hint
 from latency_budget._core.recent import RecentCalls, add_lever_hints
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState
+from latency_budget._core.trace_state import EndedSpan, TraceState, is_local_root
 from latency_budget._sdk_internals import (
     IS_REMOTE,
     SPAN_ID,
@@ -47,14 +49,15 @@ from latency_budget._sdk_internals import (
     view_of,
     view_of_any,
 )
-from latency_budget._trace_table import TraceTable
+from latency_budget._trace_table import ProcessorStats, TraceTable
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["LatencyBudgetProcessor", "ProcessorStats"]
+__all__ = ["LatencyBudgetProcessor", "ProcessorStats", "ReportCallback"]
 
 ReportCallback = Callable[[TraceReport], object]
+"""What ``on_report`` takes: a callable given each finished trace's report (its return value is ignored)."""
 # What _end gives when a span is forwarded as an annotated copy: the copy, and the
 # trace's report when the span is its local root.
 Annotated = tuple[ReadableSpan, "TraceReport | None"]
@@ -64,23 +67,6 @@ _SAMPLED = 0x01
 # The account of a local root that is not a request, in a trace that has a request's
 # account here: it has no stages, so its spans count for nothing and are never copied.
 _UNACCOUNTED = BudgetConfig("<not a request>", (), BudgetSet(DEFAULT_PROFILE, (), None))
-
-
-class ProcessorStats:
-    """Counters a caller can read to see how the processor is coping (read-only snapshot)."""
-
-    __slots__ = ("active_traces", "evicted_idle", "evicted_lru", "reports", "truncated_traces")
-
-    def __init__(self, active_traces: int, evicted_lru: int, evicted_idle: int, reports: int, truncated: int) -> None:
-        self.active_traces = active_traces
-        self.evicted_lru = evicted_lru
-        self.evicted_idle = evicted_idle
-        self.reports = reports
-        self.truncated_traces = truncated
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={getattr(self, name)}" for name in self.__slots__)
-        return f"ProcessorStats({fields})"
 
 
 class LatencyBudgetProcessor(SpanProcessor):
@@ -187,12 +173,15 @@ class LatencyBudgetProcessor(SpanProcessor):
 
     def stats(self) -> ProcessorStats:
         """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces."""
-        return ProcessorStats(*self._table.counts())
+        return self._table.stats()
 
     # -- hooks -------------------------------------------------------------------------
     #
     # Both hooks read the span's context first: an unsampled span, or one of a trace we
     # do not account, costs one C-level read and a dictionary probe.
+
+    # After shutdown() the hooks are the downstream's own (instance attributes set there):
+    # spans pass through untouched, as the SDK's processors let them, at no cost here.
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
@@ -200,6 +189,9 @@ class LatencyBudgetProcessor(SpanProcessor):
             if ctx is not None and ctx[TRACE_FLAGS] & _SAMPLED:
                 self._start(span, ctx)
         except Exception as exc:  # never let our bugs reach the host application
+            if not isinstance(span, ReadableSpan):
+                _wrong_type("on_start", span)
+                return
             _guard.log_internal_error("on_start", exc)
         self._forward_start(span, parent_context)
 
@@ -215,6 +207,9 @@ class LatencyBudgetProcessor(SpanProcessor):
                     if annotated is not None:
                         forward, report = annotated
         except Exception as exc:
+            if not isinstance(span, ReadableSpan):
+                _wrong_type("on_end", span)
+                return
             _guard.log_internal_error("on_end", exc)
         self._forward_end(forward)
         if report is not None:
@@ -231,15 +226,32 @@ class LatencyBudgetProcessor(SpanProcessor):
                     )
 
     def shutdown(self) -> None:
+        """Stop accounting and reloading, and shut the downstream processor down; a second call does nothing.
+
+        From then on every span is forwarded untouched (traces in flight unjudged).
+        """
         if self._shutdown:
             return
         self._shutdown = True
+        self.on_start = self._forward_start  # type: ignore[method-assign]
+        self.on_end = self._forward_end  # type: ignore[method-assign]
         if self._watcher is not None:
             self._watcher.stop()
-        self._downstream.shutdown()
+        try:
+            self._downstream.shutdown()
+        except Exception as exc:
+            _guard.log_once(("shutdown", type(exc)), logging.ERROR, "latency_budget: downstream shutdown: %r", exc)
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self._downstream.force_flush(timeout_millis)
+        """Flush the downstream processor within ``timeout_millis``; False when it could not, or got no number."""
+        if not isinstance(timeout_millis, int | float):
+            _wrong_type("force_flush", timeout_millis, "a timeout in milliseconds")
+            return False
+        try:
+            return self._downstream.force_flush(timeout_millis)
+        except Exception as exc:
+            _guard.log_once(("force_flush", type(exc)), logging.ERROR, "latency_budget: downstream flush: %r", exc)
+            return False
 
     # -- accounting ------------------------------------------------------------------
     #
@@ -257,13 +269,13 @@ class LatencyBudgetProcessor(SpanProcessor):
                 parent = parent_of(span)
             except AttributeError:
                 parent = None  # view_of_any below reads it
-            if parent is not None and not parent[IS_REMOTE]:
+            if parent is not None and not is_local_root(parent[SPAN_ID], parent[IS_REMOTE]):
                 return
         try:
             parent, name, kind, scope, start, _, attributes = view_of(span)
         except AttributeError:  # no instrumentation scope, or attributes built by hand
             parent, name, kind, scope, start, _, attributes = view_of_any(span)
-        if parent is None or parent[IS_REMOTE]:
+        if parent is None or is_local_root(parent[SPAN_ID], parent[IS_REMOTE]):
             self._start_root(span, ctx, name, kind, scope, start or 0, attributes)
             return
         if state is None:
@@ -308,33 +320,22 @@ class LatencyBudgetProcessor(SpanProcessor):
             parent, name, kind, scope, start, end, attributes = view_of(span)
         except AttributeError:  # no instrumentation scope, or attributes built by hand
             parent, name, kind, scope, start, end, attributes = view_of_any(span)
-        # Spans built by hand may lack timestamps: they count as zero-length.
-        start = start or 0
-        end = end or start
         span_id = ctx[SPAN_ID]
         if state.shared:
             state = self._table.owner_of_ended_span(state, span_id)
+        # Spans built by hand may lack timestamps: they count as zero-length.
+        start = start or 0
         parent_id = parent[SPAN_ID] if parent is not None else None
-        stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
+        ended = EndedSpan(span_id, parent_id, name, kind, scope, start, end or start, attributes, span)
+        stage = state.end_span(ended)
         if span_id == state.root_id:
-            return self._end_root(span, state, stage, name, kind, scope, start, end, attributes)
+            return self._end_root(span, state, stage, ended)
         if stage < 0:  # the common case: recorded, forwarded untouched
             return None
-        extra = _span_attributes(state, stage, name, kind, scope, start, end, attributes)
+        extra = _span_attributes(state, stage, ended)
         return (annotated_copy(span, extra), None) if extra else None
 
-    def _end_root(
-        self,
-        root: ReadableSpan,
-        state: TraceState,
-        stage: int,
-        name: str,
-        kind: SpanKind,
-        scope: str,
-        start: int,
-        end: int,
-        attributes: Mapping[str, Any],
-    ) -> Annotated | None:
+    def _end_root(self, root: ReadableSpan, state: TraceState, stage: int, ended: EndedSpan) -> Annotated | None:
         """Detach the trace of a local root that ended (and was recorded), judge it and annotate the root."""
         if state.config is _UNACCOUNTED:  # not a request: forwarded untouched, not judged
             self._table.drop(state)
@@ -343,38 +344,52 @@ class LatencyBudgetProcessor(SpanProcessor):
             return None  # evicted meanwhile: forwarded untouched
         if state.truncated:
             self._table.count_truncated()
-        report = state.report(start, end, trace_id=state.trace_id, root_name=name)
-        if state.calls:
-            try:
-                add_lever_hints(self._recent, state.outermost_calls(), state.budgets.stages, report, state.names)
-            except Exception as exc:  # the verdict stands without the lever hints
-                _guard.log_internal_error("lever hints", exc)
+        names = state.names
+        report = state.report(
+            ended.start,
+            ended.end,
+            trace_id=state.trace_id,
+            root_name=ended.name,
+            levers=lambda calls, draft: self._lever_hints(calls, draft, names),
+        )
         root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
         if stage >= 0:
-            root_extra = {**_span_attributes(state, stage, name, kind, scope, start, end, attributes), **root_extra}
+            root_extra = {**_span_attributes(state, stage, ended), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
-            at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
+            at = event_time_ns(ended.start, ended.end)  # the root's end as Jaeger stores it, so its UI shows them
             events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
             events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
         return annotated_copy(root, root_extra, events), report
+
+    def _lever_hints(self, calls: Sequence[Call], draft: TraceReport, names: Mapping[int, str]) -> tuple[Hint, ...]:
+        """The lever hints recent calls give an estimate for (none when estimating fails: the verdict stands)."""
+        try:
+            return add_lever_hints(self._recent, calls, draft, names)
+        except Exception as exc:
+            _guard.log_internal_error("lever hints", exc)
+            return ()
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
         self._table.reset_after_fork()
 
 
-def _span_attributes(
-    state: TraceState,
-    stage: int,
-    name: str,
-    kind: SpanKind,
-    scope: str,
-    start: int,
-    end: int,
-    attributes: Mapping[str, Any],
-) -> dict[str, AttributeValue]:
+def _wrong_type(hook: str, value: object, expected: str = "an OpenTelemetry SDK span") -> None:
+    """Tell once that a caller passed a hook something it cannot take (it is ignored, not forwarded)."""
+    _guard.log_once(
+        (hook, "wrong type", type(value)),
+        logging.ERROR,
+        "latency_budget: %s was given %s, not %s; ignored (logged once)",
+        hook,
+        type(value).__qualname__,
+        expected,
+    )
+
+
+def _span_attributes(state: TraceState, stage: int, span: EndedSpan) -> dict[str, AttributeValue]:
     """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
+    _, _, name, kind, scope, start, end, attributes, _ = span
     budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
     # Matched late: not labelled at start (a span its name alone puts in a stage was, unless

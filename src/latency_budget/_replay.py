@@ -22,9 +22,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
-from latency_budget._core.call_facts import calls_of
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState
+from latency_budget._core.trace_state import EndedSpan, TraceState, is_local_root
 
 __all__ = ["SpanRecord", "evaluate_spans", "record_of"]
 
@@ -94,9 +93,10 @@ def evaluate_spans(
         path = []
         while key not in owner:
             span = by_id[key]
-            parent = (span.trace_id, span.parent_id) if span.parent_id is not None else None
-            if parent is None or span.remote_parent or parent not in by_id or parent in path or parent == key:
-                roots[key] = span
+            parent = (span.trace_id, span.parent_id or 0)
+            recorded = span.parent_id is not None and parent in by_id
+            if is_local_root(span.parent_id, span.remote_parent, recorded) or parent in path or parent == key:
+                roots[key] = span  # a parent among its own descendants (a cycle) makes a root too
                 owner[key] = key
                 break
             path.append(key)
@@ -127,21 +127,21 @@ def evaluate_spans(
         for span in ended:
             parent = None if span is root else span.parent_id
             state.end_span(
-                span.span_id,
-                parent,
-                span.name,
-                span.kind,
-                span.scope,
-                span.start_ns,
-                span.end_ns,
-                span.attributes,
-                span,
+                EndedSpan(
+                    span_id=span.span_id,
+                    parent_id=parent,
+                    name=span.name,
+                    kind=span.kind,
+                    scope=span.scope,
+                    start=span.start_ns,
+                    end=span.end_ns,
+                    attributes=span.attributes,
+                    source=span,
+                )
             )
-        report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
-        report.calls = calls_of(
-            state.outermost_calls(), budgets.stages
-        )  # the levers are estimated over all requests (CLI)
-        reports.append(report)
+        # No lever hints here: the CLI estimates the levers over all requests, from each
+        # report's calls.
+        reports.append(state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name))
     return reports
 
 

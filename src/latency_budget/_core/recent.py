@@ -19,8 +19,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-from latency_budget._config.model import StageBudget
-from latency_budget._core.call_facts import Call, RawCall, calls_of
+from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import ModelStats, request_levers, summarise
 from latency_budget._core.report import TraceReport
@@ -155,24 +154,22 @@ class RecentCalls:
 
 def add_lever_hints(
     recent: RecentCalls,
-    raw: Sequence[RawCall],
-    stages: Sequence[StageBudget],
+    calls: Sequence[Call],
     report: TraceReport,
     names: Mapping[int, str] | None = None,
-) -> None:
-    """Give ``report`` its calls and a hint per lever that recent calls give an estimate for.
+) -> tuple[Hint, ...]:
+    """Remember ``calls`` (a request's, see ``calls_of``); a hint per lever that recent calls give an estimate for.
 
-    ``names`` (span id -> name) names the spans of each hint, as for the other hints.
+    ``report`` is the request's judged report; ``names`` (span id -> name) names the
+    spans of each hint, as for the other hints.
     """
-    calls = calls_of(raw, stages)
     if not calls:
-        return
-    report.calls = calls
+        return ()
     maybe = recent.add(calls)  # this trace's own calls count too
     findings = request_levers(calls, report, recent) if maybe else ()
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
     if not findings:
-        return
+        return ()
     known = names if names is not None else {}
     hints = tuple(
         Hint(
@@ -187,5 +184,4 @@ def add_lever_hints(
         for f in findings
         if f.saving_ms is not None and f.saving_ms > 0
     )
-    if hints:
-        report.hints += hints
+    return hints

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from latency_budget._attributes import STAGE
 from latency_budget._config.model import BudgetConfig, BudgetSet
-from latency_budget._core.accounting import StageMeasurement, evaluate, union_length
+from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
+from latency_budget._core.call_facts import calls_of
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import time_to_first_token_ns
@@ -27,9 +28,38 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Event
     from opentelemetry.trace import SpanKind
 
-__all__ = ["StageTally", "TraceState"]
+__all__ = ["EndedSpan", "StageTally", "TraceState", "is_local_root"]
 
 _NONE: frozenset[int] = frozenset()
+Interval = tuple[int, int]
+
+
+def is_local_root(parent_id: int | None, parent_is_remote: bool, parent_recorded: bool = True) -> bool:
+    """Whether a span is a local root: no parent, a remote one (another process), or one the recording lacks.
+
+    The one rule for the live processor (where a parent in this process is always
+    there), the replay of recorded traces and the testing helper.
+    """
+    return parent_id is None or parent_is_remote or not parent_recorded
+
+
+class EndedSpan(NamedTuple):
+    """An ended span as the accounting reads it: the live processor's view of an SDK span, or a recorded one.
+
+    Spans built by hand may lack timestamps: the reader gives ``start`` 0 and ``end``
+    ``start`` then. ``source`` is what a time to first token is read from, when its
+    events must be (see :meth:`TraceState.end_span`).
+    """
+
+    span_id: int
+    parent_id: int | None
+    name: str
+    kind: SpanKind
+    scope: str
+    start: int
+    end: int
+    attributes: Mapping[str, Any]
+    source: object
 
 
 class StageTally:
@@ -44,8 +74,7 @@ class StageTally:
 
     def add(self, start: int, end: int, first_token_ns: int | None) -> None:
         self.count += 1
-        if end > start:
-            self.busy_ns += end - start
+        self.busy_ns += busy_length(((start, end),))
         if first_token_ns is not None and (self.first_token_ns is None or first_token_ns > self.first_token_ns):
             self.first_token_ns = first_token_ns
 
@@ -123,29 +152,19 @@ class TraceState:
         self.truncated = False
         self.finished = False
 
-    def end_span(
-        self,
-        span_id: int,
-        parent_id: int | None,
-        name: str,
-        kind: SpanKind,
-        scope: str,
-        start: int,
-        end: int,
-        attributes: Mapping[str, object],
-        source: object,
-    ) -> int:
+    def end_span(self, span: EndedSpan) -> int:
         """Account one ended span of this trace, its local root included; its stage, or -1.
 
         The one rule for the live processor and for recorded traces. The stage is the one
         the span's label names (set when it started), else the first whose rules its final
         attributes match. A stage span's time to first token is read from its attributes,
-        or from ``read_events(source)``, called only when an event source is reached.
+        or from ``read_events(span.source)``, called only when an event source is reached.
         Past ``max_spans`` a stage span still counts, in exact counters, as a call of its
         own (its ancestors, which end after it, are not known yet); the root always fits
         (it ends last). A recorded stage span's name and kind of call are kept, for hints,
         and (but for the root's) its attributes, for the latency levers.
         """
+        span_id, parent_id, name, kind, scope, start, end, attributes, source = span
         config = self.config
         named = attributes.get(STAGE)
         stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
@@ -206,93 +225,32 @@ class TraceState:
         return [call for call in self.calls if call[0] not in inner]
 
     def report(
-        self, root_start: int, root_end: int, *, trace_id: int | None = None, root_name: str | None = None
+        self,
+        root_start: int,
+        root_end: int,
+        *,
+        trace_id: int | None = None,
+        root_name: str | None = None,
+        levers: LeverHints | None = None,
     ) -> TraceReport:
         """Judge the trace, once its local root (``root_start`` to ``root_end``) has ended.
 
         Works on a snapshot: a span recorded by another thread meanwhile is not counted.
+        The report carries the trace's outermost stage calls (``calls``), and ``levers``
+        gives it lever hints from them (see :func:`evaluate`, which builds it).
         """
         spans = self.spans[:]
-        first_tokens = self.first_tokens[:]
-        stages = self.budgets.stages
-        stage_count = len(stages)
-        intervals: list[list[tuple[int, int]] | None] = [None] * stage_count
-        repeated = False
-        for _, _, start, end, stage in spans:
-            if stage >= 0:
-                found = intervals[stage]
-                if found is None:
-                    intervals[stage] = [(start, end)]
-                else:
-                    found.append((start, end))
-                    repeated = True
+        intervals, repeated = _intervals_by_stage(spans, len(self.budgets.stages))
         # One call is one call: spans nested in a span of their own stage are left out of
         # counts and busy time (and hints). Only a stage with several spans can have any.
-        nested: AbstractSet[int] = _NONE
-        self.inner_calls = _NONE
-        inner_count: list[int] | None = None
-        inner_busy: list[int] | None = None
-        if repeated:
-            nested = nested_calls(
-                self.root_id, spans, {i for i, found in enumerate(intervals) if found is not None and len(found) > 1}
-            )
-            if nested:
-                self.inner_calls = {spans[index][0] for index in nested}
-                inner_count = [0] * stage_count
-                inner_busy = [0] * stage_count
-                for index in nested:
-                    _, _, start, end, stage = spans[index]
-                    inner_count[stage] += 1
-                    if end > start:
-                        inner_busy[stage] += end - start
-        worst_ttft: list[int | None] = [None] * stage_count
-        first_token_at = self.overflow_first_token_at
-        for stage, start, first_token in first_tokens:
-            if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
-                continue
-            worst = worst_ttft[stage]
-            if worst is None or first_token > worst:
-                worst_ttft[stage] = first_token
-            if first_token_at is None or start + first_token < first_token_at:
-                first_token_at = start + first_token
-        overflow = self.overflow
+        nested = self._find_nested(spans, intervals) if repeated else _NONE
+        worst_ttft, first_token_at = self._first_tokens(intervals)
+        measurements, counts = self._measure(spans, intervals, nested, worst_ttft)
         total_ms = max(0, root_end - root_start) / 1e6
-        measurements: dict[str, StageMeasurement] = {}
-        counts = [0] * stage_count
-        for index, recorded in enumerate(intervals):
-            extra = overflow[index] if overflow is not None else None
-            if recorded is None and extra is None:
-                continue
-            found = recorded or []
-            count = len(found)
-            if count == 1:  # the common case: one call of the stage, its union is its length
-                ((start, end),) = found
-                busy = union = end - start if end > start else 0
-            else:
-                busy = 0
-                for start, end in found:
-                    if end > start:
-                        busy += end - start
-                union = union_length(found)
-                if inner_count is not None and inner_busy is not None:
-                    count -= inner_count[index]
-                    busy -= inner_busy[index]
-            ttft: int | None = worst_ttft[index]
-            if extra is not None:
-                count += extra.count
-                busy += extra.busy_ns
-                if extra.first_token_ns is not None and (ttft is None or extra.first_token_ns > ttft):
-                    ttft = extra.first_token_ns
-            counts[index] = count
-            measurements[stages[index].name] = StageMeasurement(
-                union / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
-            )
+        stages = self.budgets.stages
         if measurements:
-            critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, stage_count)
-            by_stage: dict[str, float] = {}
-            for budget, ns in zip(stages, critical, strict=True):
-                by_stage[budget.name] = ns / 1e6
-            critical_ms: dict[str, float] | None = by_stage
+            critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, len(stages))
+            critical_ms = {budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)}
             unattributed_ms = unattributed / 1e6
             hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested)
         else:
@@ -300,6 +258,7 @@ class TraceState:
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
             hints = ()
+        calls = calls_of(self.outermost_calls(), stages) if self.calls else ()
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
@@ -311,9 +270,93 @@ class TraceState:
             critical_ms=critical_ms,
             unattributed_ms=unattributed_ms,
             hints=hints,
+            calls=calls,
+            levers=levers,
             trace_id=trace_id,
             span_id=self.root_id,
             root_name=root_name,
             start_time_ns=root_start,
             end_time_ns=root_end,
         )
+
+    def _find_nested(
+        self, spans: Sequence[RecordedSpan], intervals: Sequence[list[Interval] | None]
+    ) -> AbstractSet[int]:
+        """The positions in ``spans`` of stage spans nested in a call of their stage (their ids: ``inner_calls``)."""
+        repeated = {index for index, found in enumerate(intervals) if found is not None and len(found) > 1}
+        nested = nested_calls(self.root_id, spans, repeated)
+        self.inner_calls = {spans[index][0] for index in nested} if nested else _NONE
+        return nested
+
+    def _first_tokens(self, intervals: Sequence[list[Interval] | None]) -> tuple[list[int | None], int | None]:
+        """The worst time to first token per stage, and the request's first token (an instant), from the snapshot."""
+        worst_ttft: list[int | None] = [None] * len(intervals)
+        first_token_at = self.overflow_first_token_at
+        for stage, start, first_token in self.first_tokens[:]:
+            if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
+                continue
+            worst = worst_ttft[stage]
+            if worst is None or first_token > worst:
+                worst_ttft[stage] = first_token
+            if first_token_at is None or start + first_token < first_token_at:
+                first_token_at = start + first_token
+        return worst_ttft, first_token_at
+
+    def _measure(
+        self,
+        spans: Sequence[RecordedSpan],
+        intervals: Sequence[list[Interval] | None],
+        nested: AbstractSet[int],
+        worst_ttft: Sequence[int | None],
+    ) -> tuple[dict[str, StageMeasurement], list[int]]:
+        """Each seen stage's union, busy time, calls and worst first token; and the calls per stage index."""
+        stages = self.budgets.stages
+        inner: list[list[Interval]] | None = None
+        if nested:
+            inner = [[] for _ in stages]
+            for index in nested:
+                _, _, start, end, stage = spans[index]
+                inner[stage].append((start, end))
+        overflow = self.overflow
+        measurements: dict[str, StageMeasurement] = {}
+        counts = [0] * len(stages)
+        for index, recorded in enumerate(intervals):
+            extra = overflow[index] if overflow is not None else None
+            if recorded is None and extra is None:
+                continue
+            found = recorded or []
+            count = len(found)
+            if count == 1:  # the common case: one call of the stage, its union is its length
+                busy = union = union_length(found)
+            else:
+                busy = busy_length(found)
+                union = union_length(found)
+                if inner is not None:
+                    count -= len(inner[index])
+                    busy -= busy_length(inner[index])
+            ttft = worst_ttft[index]
+            if extra is not None:
+                count += extra.count
+                busy += extra.busy_ns
+                if extra.first_token_ns is not None and (ttft is None or extra.first_token_ns > ttft):
+                    ttft = extra.first_token_ns
+            counts[index] = count
+            measurements[stages[index].name] = StageMeasurement(
+                union / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
+            )
+        return measurements, counts
+
+
+def _intervals_by_stage(spans: Sequence[RecordedSpan], stage_count: int) -> tuple[list[list[Interval] | None], bool]:
+    """The (start, end) of each stage's recorded spans, by stage index, and whether any stage has several."""
+    intervals: list[list[Interval] | None] = [None] * stage_count
+    repeated = False
+    for _, _, start, end, stage in spans:
+        if stage >= 0:
+            found = intervals[stage]
+            if found is None:
+                intervals[stage] = [(start, end)]
+            else:
+                found.append((start, end))
+                repeated = True
+    return intervals, repeated
