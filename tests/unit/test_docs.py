@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from latency_budget._core.annotate import verdict_text
+from latency_budget._demo import example_budgets, run_demo
+
 REPO = Path(__file__).resolve().parents[2]
-PAGES = [REPO / "README.md", REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [
+    REPO / "README.md",
+    REPO / "CHANGELOG.md",
+    REPO / "benchmarks" / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -50,3 +58,29 @@ def test_the_readme_links_every_page_of_the_docs() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     linked = {href.partition("#")[0] for href in LINK.findall(readme)}
     assert {f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")} <= linked
+
+
+def test_the_jaeger_walkthrough_quotes_the_demo_run_it_describes() -> None:
+    """docs/jaeger.md's figures (violating requests, the trace it follows and what it shows) are `demo --seed 7`'s."""
+    page = " ".join((REPO / "docs" / "jaeger.md").read_text(encoding="utf-8").split())
+    run = run_demo(example_budgets(), seed=7)  # what `latency-budget demo` (and docker compose's demo) runs
+    judged = [report for _, report in run.judged()]
+    violated = sum(report.violated for report in judged)
+    followed = re.search(r"request (\d+) of the run .*? paste its id `([0-9a-f]{32})`", page)
+    assert followed is not None
+    number, trace_id = int(followed.group(1)), int(followed.group(2), 16)
+    report = judged[number - 1]
+    quoted = re.search(r"`latency_budget\.verdict = (.*?) \.\.\.`", page)
+    first_hint = report.hints[0]
+
+    assert f"match ({violated} of the {len(judged)}," in page
+    assert "Jaeger lists at most 20 traces per search: raise **Limit Results**" in page
+    assert report.trace_id == trace_id
+    assert quoted is not None
+    assert verdict_text(report).startswith(quoted.group(1))
+    assert f"shown as a list: {', '.join(f'`{s}`' for s in report.broken_stages('error'))})" in page
+    assert f"(`{report.total_actual_ms / 1000:.2f}s` on this trace" in page
+    assert f"{len(report.violations) + len(report.hints)} on this one, {len(report.violations)} violations" in page
+    assert f"and {len(report.hints)} hints" in page
+    assert f"on the first `{first_hint.kind}` hint, {', '.join(f'`{n}`' for n in first_hint.span_names)})" in page
+    assert f"{len(first_hint.span_ids) + 1} matches for {len(first_hint.span_ids)} spans" in page

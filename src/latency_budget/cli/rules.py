@@ -9,7 +9,7 @@ from typing import Any
 from latency_budget._config import BudgetConfigError, load_budgets
 
 from ._common import CliError, example_epilog, raw_help
-from ._output import emit, write_file
+from ._output import emit_or_write
 from ._slo_rules import WORKBOOK_BURN_RATES, BurnRate, parse_burn_rate, rules_document
 
 __all__ = ["register"]
@@ -90,9 +90,5 @@ def run(args: argparse.Namespace) -> int:
     )
     for note in notes:
         print(f"latency-budget: note: {note}", file=sys.stderr)
-    if args.output is None:
-        emit(text, end="")
-        return 0
-    write_file(args.output, text)
-    print(f"Wrote {args.output}.", file=sys.stderr)
+    emit_or_write(text, args.output)
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from latency_budget._core.report import format_ms
 from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
-from ._output import emit, write_file
+from ._output import emit_or_write
 from ._recorded import (
     Recorded,
     add_budgets_argument,
@@ -81,11 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"internal error: the suggested budget file does not validate: {exc}", exit_code=EXIT_INTERNAL
         ) from None
-    if args.output:
-        write_file(args.output, text)
-        print(f"Wrote {args.output}.", file=sys.stderr)
-    else:
-        emit(text, end="")
+    emit_or_write(text, args.output or None)
     return 0
 
 
