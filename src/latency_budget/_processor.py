@@ -34,7 +34,7 @@ from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint
 from latency_budget._core.recent import RecentCalls, add_lever_hints
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import EndedSpan, TraceState, is_local_root
+from latency_budget._core.trace_state import TraceState, is_local_root
 from latency_budget._sdk_internals import (
     IS_REMOTE,
     SPAN_ID,
@@ -61,6 +61,10 @@ ReportCallback = Callable[[TraceReport], object]
 # What _end gives when a span is forwarded as an annotated copy: the copy, and the
 # trace's report when the span is its local root.
 Annotated = tuple[ReadableSpan, "TraceReport | None"]
+# An ended stage span or local root as _end_root and _span_attributes read it: (name, kind,
+# scope name, start ns, end ns, attributes). A plain tuple, built only for those spans: a
+# NamedTuple costs about 4,200 instructions more each under callgrind (CPython 3.11).
+Ended = tuple[str, SpanKind, str, int, int, "Mapping[str, Any]"]
 
 # The W3C sampled bit; a plain int test is several times cheaper than TraceFlags.sampled.
 _SAMPLED = 0x01
@@ -325,17 +329,17 @@ class LatencyBudgetProcessor(SpanProcessor):
             state = self._table.owner_of_ended_span(state, span_id)
         # Spans built by hand may lack timestamps: they count as zero-length.
         start = start or 0
+        end = end or start
         parent_id = parent[SPAN_ID] if parent is not None else None
-        ended = EndedSpan(span_id, parent_id, name, kind, scope, start, end or start, attributes, span)
-        stage = state.end_span(ended)
+        stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
-            return self._end_root(span, state, stage, ended)
+            return self._end_root(span, state, stage, (name, kind, scope, start, end, attributes))
         if stage < 0:  # the common case: recorded, forwarded untouched
             return None
-        extra = _span_attributes(state, stage, ended)
+        extra = _span_attributes(state, stage, (name, kind, scope, start, end, attributes))
         return (annotated_copy(span, extra), None) if extra else None
 
-    def _end_root(self, root: ReadableSpan, state: TraceState, stage: int, ended: EndedSpan) -> Annotated | None:
+    def _end_root(self, root: ReadableSpan, state: TraceState, stage: int, ended: Ended) -> Annotated | None:
         """Detach the trace of a local root that ended (and was recorded), judge it and annotate the root."""
         if state.config is _UNACCOUNTED:  # not a request: forwarded untouched, not judged
             self._table.drop(state)
@@ -344,12 +348,13 @@ class LatencyBudgetProcessor(SpanProcessor):
             return None  # evicted meanwhile: forwarded untouched
         if state.truncated:
             self._table.count_truncated()
+        name, _, _, start, end, _ = ended
         names = state.names
         report = state.report(
-            ended.start,
-            ended.end,
+            start,
+            end,
             trace_id=state.trace_id,
-            root_name=ended.name,
+            root_name=name,
             levers=lambda calls, draft: self._lever_hints(calls, draft, names),
         )
         root_extra: Mapping[str, AttributeValue] = root_attributes(report, truncated=state.truncated)
@@ -357,7 +362,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             root_extra = {**_span_attributes(state, stage, ended), **root_extra}
         events: list[Event] = []
         if report.violations or report.hints:
-            at = event_time_ns(ended.start, ended.end)  # the root's end as Jaeger stores it, so its UI shows them
+            at = event_time_ns(start, end)  # the root's end as Jaeger stores it, so its UI shows them
             events.extend(Event(attr.VIOLATION_EVENT, violation_attributes(v), timestamp=at) for v in report.violations)
             events.extend(Event(attr.HINT_EVENT, hint_attributes(h), timestamp=at) for h in report.hints)
         return annotated_copy(root, root_extra, events), report
@@ -387,9 +392,9 @@ def _wrong_type(hook: str, value: object, expected: str = "an OpenTelemetry SDK 
     )
 
 
-def _span_attributes(state: TraceState, stage: int, span: EndedSpan) -> dict[str, AttributeValue]:
+def _span_attributes(state: TraceState, stage: int, span: Ended) -> dict[str, AttributeValue]:
     """What an ended stage span gains: its label when matched late, a verdict when it alone broke its stage's budget."""
-    _, _, name, kind, scope, start, end, attributes, _ = span
+    name, kind, scope, start, end, attributes = span
     budget = state.budgets.stages[stage]
     extra: dict[str, AttributeValue] = {}
     # Matched late: not labelled at start (a span its name alone puts in a stage was, unless

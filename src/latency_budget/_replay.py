@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import EndedSpan, TraceState, is_local_root
+from latency_budget._core.trace_state import TraceState, is_local_root
 
 __all__ = ["SpanRecord", "evaluate_spans", "record_of"]
 
@@ -127,17 +127,15 @@ def evaluate_spans(
         for span in ended:
             parent = None if span is root else span.parent_id
             state.end_span(
-                EndedSpan(
-                    span_id=span.span_id,
-                    parent_id=parent,
-                    name=span.name,
-                    kind=span.kind,
-                    scope=span.scope,
-                    start=span.start_ns,
-                    end=span.end_ns,
-                    attributes=span.attributes,
-                    source=span,
-                )
+                span.span_id,
+                parent,
+                span.name,
+                span.kind,
+                span.scope,
+                span.start_ns,
+                span.end_ns,
+                span.attributes,
+                span,
             )
         # No lever hints here: the CLI estimates the levers over all requests, from each
         # report's calls.
