@@ -84,3 +84,27 @@ def test_the_jaeger_walkthrough_quotes_the_demo_run_it_describes() -> None:
     assert f"and {len(report.hints)} hints" in page
     assert f"on the first `{first_hint.kind}` hint, {', '.join(f'`{n}`' for n in first_hint.span_names)})" in page
     assert f"{len(first_hint.span_ids) + 1} matches for {len(first_hint.span_ids)} spans" in page
+
+
+# The README's performance bullets: the quoted phrase, then the case whose ratio it quotes.
+QUOTED_RATIOS = {
+    "1 root, 3 stage and 6 unmatched spans): **": "standard",
+    "a web request of 20 spans that no stage matches: **": "unmatched",
+    "not a request under a `requests` rule: **": "unmatched-excluded",
+    "processors never called (DROP): **": "unsampled-drop",
+    "seen by processors (RECORD_ONLY): **": "unsampled-record",
+}
+
+
+def test_the_readme_quotes_the_benchmark_figures_table() -> None:
+    """The README's instruction ratios are those of benchmarks/README.md's generated figures table, case by case."""
+    bench = (REPO / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    block = bench.split("<!-- figures: begin", 1)[1].split("<!-- figures: end -->", 1)[0]
+    ratios = dict(re.findall(r"^\| `([\w@-]+)`:[^|]*\|[^|]*\|[^|]*\| ([\d.]+) \|", block, re.MULTILINE))
+    readme = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    quoted = {case: re.search(re.escape(phrase) + r"([\d.]+)\*\*", readme) for phrase, case in QUOTED_RATIOS.items()}
+
+    assert {"standard", "unmatched"} <= set(ratios)
+    assert {case: found.group(1) if found else None for case, found in quoted.items()} == {
+        case: ratios.get(case) for case in quoted
+    }
