@@ -184,8 +184,8 @@ class LatencyBudgetProcessor(SpanProcessor):
     # Both hooks read the span's context first: an unsampled span, or one of a trace we
     # do not account, costs one C-level read and a dictionary probe.
 
-    # After shutdown() the hooks are the downstream's own (instance attributes set there):
-    # spans pass through untouched, as the SDK's processors let them, at no cost here.
+    # After shutdown() the hooks are _passed_start and _passed_end (instance attributes set
+    # there): spans pass through untouched, as the SDK's processors let them.
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
@@ -237,8 +237,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         if self._shutdown:
             return
         self._shutdown = True
-        self.on_start = self._forward_start  # type: ignore[method-assign]
-        self.on_end = self._forward_end  # type: ignore[method-assign]
+        self.on_start = self._passed_start  # type: ignore[method-assign]
+        self.on_end = self._passed_end  # type: ignore[method-assign]
         if self._watcher is not None:
             self._watcher.stop()
         try:
@@ -256,6 +256,18 @@ class LatencyBudgetProcessor(SpanProcessor):
         except Exception as exc:
             _guard.log_once(("force_flush", type(exc)), logging.ERROR, "latency_budget: downstream flush: %r", exc)
             return False
+
+    def _passed_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if not isinstance(span, ReadableSpan):
+            _wrong_type("on_start", span)
+            return
+        self._forward_start(span, parent_context)
+
+    def _passed_end(self, span: ReadableSpan) -> None:
+        if not isinstance(span, ReadableSpan):
+            _wrong_type("on_end", span)
+            return
+        self._forward_end(span)
 
     # -- accounting ------------------------------------------------------------------
     #

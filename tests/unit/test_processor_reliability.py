@@ -645,6 +645,8 @@ def test_after_shutdown_spans_pass_through_untouched() -> None:
     child.end(end_time=at(9_000))
     root.end(end_time=at(9_500))
 
+    processor.on_end(b"not a span")  # type: ignore[arg-type]  # still total: logged, not forwarded
+
     assert downstream.started == [root, child]
     assert [span.context for span in downstream.ended] == [child.context, root.context]
     assert all(not any(key.startswith("latency_budget.") for key in span.attributes or {}) for span in downstream.ended)
