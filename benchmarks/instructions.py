@@ -153,7 +153,7 @@ def count(python: str, keys: Sequence[str], jobs: int) -> Iterator[Count]:
             yield Count(key, k, _case(key).spans_per_unit, per_unit[0], per_unit[1])
 
 
-def figures_table(counts: Sequence[Count], python: str) -> str:
+def figures_table(counts: Sequence[Count], python: str, command: str) -> str:
     """The figures block of benchmarks/README.md: one row per case, all from this run."""
     commit = subprocess.run(
         ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -161,7 +161,7 @@ def figures_table(counts: Sequence[Count], python: str) -> str:
     lines = [
         BEGIN,
         "",
-        f"One run of `python benchmarks/overhead.py --instructions --write-readme` at commit `{commit or '?'}`:",
+        f"One run of `{command}` at commit `{commit or '?'}`:",
         f"CPython {platform.python_version()} ({os.path.basename(python)}), opentelemetry-sdk "
         f"{version('opentelemetry-sdk')}, {os.cpu_count()} cores. Instructions per trace under callgrind, k measured",
         "traces minus none (see Method).",
@@ -198,7 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--write-readme",
         action="store_true",
-        help="count every case and write the figures table of benchmarks/README.md from this run",
+        help="write the figures table of benchmarks/README.md from this run (every case, or those given)",
     )
     parser.add_argument("--child", nargs=3, metavar=("CASE", "VARIANT", "UNITS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -210,8 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     python = os.path.realpath(args.python)
-    if args.write_readme and (args.case or args.scaling):
-        parser.error("--write-readme counts every case (the table is one run): drop --case and --scaling")
+    if args.write_readme and args.scaling:
+        parser.error("--write-readme writes the cases of one run: drop --scaling")
     keys = list(args.case or CASES)
     if args.scaling:
         keys += [f"wide@{SCALING[0]}", f"wide-full@{SCALING[0]}"]
@@ -223,7 +223,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(result.line(), flush=True)
         counts.append(result)
     if args.write_readme:
-        write_readme(figures_table(counts, python))
+        cases = "".join(f" --case {key}" for key in args.case or ())
+        write_readme(
+            figures_table(counts, python, f"python benchmarks/overhead.py --instructions --write-readme{cases}")
+        )
         print(f"Wrote the figures table of {README}.")
     return 0
 

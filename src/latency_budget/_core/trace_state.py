@@ -37,8 +37,8 @@ Interval = tuple[int, int]
 def is_local_root(parent_id: int | None, parent_is_remote: bool, parent_recorded: bool = True) -> bool:
     """Whether a span is a local root: no parent, a remote one (another process), or one the recording lacks.
 
-    The one rule for the live processor (where a parent in this process is always
-    there), the replay of recorded traces and the testing helper.
+    The one rule for the replay of recorded traces and the testing helper; the live
+    processor, where a parent in this process is always there, applies it inline.
     """
     return parent_id is None or parent_is_remote or not parent_recorded
 
@@ -246,7 +246,9 @@ class TraceState:
         stages = self.budgets.stages
         if measurements:
             critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, len(stages))
-            critical_ms = {budget.name: ns / 1e6 for budget, ns in zip(stages, critical, strict=True)}
+            critical_ms: dict[str, float] = {}
+            for budget, ns in zip(stages, critical, strict=True):  # a loop: a comprehension is a call
+                critical_ms[budget.name] = ns / 1e6
             unattributed_ms = unattributed / 1e6
             hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested)
         else:
@@ -323,7 +325,9 @@ class TraceState:
             found = recorded or []
             count = len(found)
             if count == 1:  # the common case: one call of the stage, its union is its length
-                busy = union = union_length(found)
+                # busy_length's rule, inline: a call per stage costs more than the rule.
+                ((start, end),) = found
+                busy = union = end - start if end > start else 0
             else:
                 busy = busy_length(found)
                 union = union_length(found)
