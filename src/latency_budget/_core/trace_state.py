@@ -235,17 +235,42 @@ class TraceState:
         The report carries the trace's outermost stage calls (``calls``), and ``levers``
         gives it lever hints from them (see :func:`evaluate`, which builds it).
         """
+        # The steps: each stage's intervals (below), the nested calls (_find_nested), the
+        # first tokens (below), the measurements (_measure), the critical path and hints,
+        # and the verdict (evaluate). The two short steps stay inline: as methods, the four
+        # steps cost 4 calls and about 100 bytecodes a trace (standard case 1.246, against
+        # 1.240 before the split).
         spans = self.spans[:]
-        intervals, repeated = _intervals_by_stage(spans, len(self.budgets.stages))
+        stages = self.budgets.stages
+        stage_count = len(stages)
+        intervals: list[list[Interval] | None] = [None] * stage_count
+        repeated = False
+        for _, _, start, end, stage in spans:
+            if stage >= 0:
+                found = intervals[stage]
+                if found is None:
+                    intervals[stage] = [(start, end)]
+                else:
+                    found.append((start, end))
+                    repeated = True
         # One call is one call: spans nested in a span of their own stage are left out of
         # counts and busy time (and hints). Only a stage with several spans can have any.
         nested = self._find_nested(spans, intervals) if repeated else _NONE
-        worst_ttft, first_token_at = self._first_tokens(intervals)
+        # The worst time to first token per stage, and the request's first token (an instant).
+        worst_ttft: list[int | None] = [None] * stage_count
+        first_token_at = self.overflow_first_token_at
+        for stage, start, first_token in self.first_tokens[:]:
+            if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
+                continue
+            worst = worst_ttft[stage]
+            if worst is None or first_token > worst:
+                worst_ttft[stage] = first_token
+            if first_token_at is None or start + first_token < first_token_at:
+                first_token_at = start + first_token
         measurements, counts = self._measure(spans, intervals, nested, worst_ttft)
         total_ms = max(0, root_end - root_start) / 1e6
-        stages = self.budgets.stages
         if measurements:
-            critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, len(stages))
+            critical, unattributed = critical_path_ns(self.root_id, root_start, root_end, spans, stage_count)
             critical_ms: dict[str, float] = {}
             for budget, ns in zip(stages, critical, strict=True):  # a loop: a comprehension is a call
                 critical_ms[budget.name] = ns / 1e6
@@ -285,20 +310,6 @@ class TraceState:
         nested = nested_calls(self.root_id, spans, repeated)
         self.inner_calls = {spans[index][0] for index in nested} if nested else _NONE
         return nested
-
-    def _first_tokens(self, intervals: Sequence[list[Interval] | None]) -> tuple[list[int | None], int | None]:
-        """The worst time to first token per stage, and the request's first token (an instant), from the snapshot."""
-        worst_ttft: list[int | None] = [None] * len(intervals)
-        first_token_at = self.overflow_first_token_at
-        for stage, start, first_token in self.first_tokens[:]:
-            if intervals[stage] is None:  # recorded after the snapshot of spans: not counted
-                continue
-            worst = worst_ttft[stage]
-            if worst is None or first_token > worst:
-                worst_ttft[stage] = first_token
-            if first_token_at is None or start + first_token < first_token_at:
-                first_token_at = start + first_token
-        return worst_ttft, first_token_at
 
     def _measure(
         self,
@@ -345,18 +356,3 @@ class TraceState:
                 union / 1e6, busy / 1e6, count, ttft / 1e6 if ttft is not None else None
             )
         return measurements, counts
-
-
-def _intervals_by_stage(spans: Sequence[RecordedSpan], stage_count: int) -> tuple[list[list[Interval] | None], bool]:
-    """The (start, end) of each stage's recorded spans, by stage index, and whether any stage has several."""
-    intervals: list[list[Interval] | None] = [None] * stage_count
-    repeated = False
-    for _, _, start, end, stage in spans:
-        if stage >= 0:
-            found = intervals[stage]
-            if found is None:
-                intervals[stage] = [(start, end)]
-            else:
-                found.append((start, end))
-                repeated = True
-    return intervals, repeated
