@@ -91,8 +91,7 @@ QUOTED_RATIOS = {
     "1 root, 3 stage and 6 unmatched spans): **": "standard",
     "a web request of 20 spans that no stage matches: **": "unmatched",
     "not a request under a `requests` rule: **": "unmatched-excluded",
-    "processors never called (DROP): **": "unsampled-drop",
-    "seen by processors (RECORD_ONLY): **": "unsampled-record",
+    "that processors see (a RECORD_ONLY sampler): **": "unsampled-record",
 }
 
 
