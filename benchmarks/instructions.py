@@ -163,8 +163,8 @@ def figures_table(counts: Sequence[Count], python: str, command: str) -> str:
         "",
         f"One run of `{command}` at commit `{commit or '?'}`:",
         f"CPython {platform.python_version()} ({os.path.basename(python)}), opentelemetry-sdk "
-        f"{version('opentelemetry-sdk')}, {os.cpu_count()} cores. Instructions per trace under callgrind, k measured",
-        "traces minus none (see Method).",
+        f"{version('opentelemetry-sdk')}, {os.cpu_count()} cores. Instructions per trace under callgrind: the count",
+        "with k measured traces less the count with none, over k (see Method).",
         "",
         "| case | baseline instr/trace | candidate instr/trace | ratio | added per span | k |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
