@@ -3,6 +3,7 @@
 Run:  python benchmarks/instructions.py             (every case; about 10 minutes on 2 cores)
       python benchmarks/instructions.py --case standard --case unmatched
       python benchmarks/overhead.py --instructions   (the same)
+      python benchmarks/overhead.py --instructions --write-readme   (every case, into benchmarks/README.md)
 
 For each case and each provider (baseline, candidate), a fresh interpreter runs under
 ``valgrind --tool=callgrind`` twice: once with 0 measured traces and once with k, after
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -28,6 +30,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from opentelemetry.sdk.trace import SpanProcessor
@@ -44,6 +47,10 @@ DEFAULT_MEASURED = 200
 SCALING = (1_000, WIDE_CHILDREN)  # widths for --scaling: per-span cost must not grow with them
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
+
+# --write-readme replaces what lies between these lines of benchmarks/README.md.
+README = HERE / "README.md"
+BEGIN, END = "<!-- figures: begin (written by overhead.py --instructions --write-readme) -->", "<!-- figures: end -->"
 
 
 def _case(key: str) -> Case:
@@ -146,12 +153,53 @@ def count(python: str, keys: Sequence[str], jobs: int) -> Iterator[Count]:
             yield Count(key, k, _case(key).spans_per_unit, per_unit[0], per_unit[1])
 
 
+def figures_table(counts: Sequence[Count], python: str, command: str) -> str:
+    """The figures block of benchmarks/README.md: one row per case, all from this run."""
+    commit = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    lines = [
+        BEGIN,
+        "",
+        f"One run of `{command}` at commit `{commit or '?'}`:",
+        f"CPython {platform.python_version()} ({os.path.basename(python)}), opentelemetry-sdk "
+        f"{version('opentelemetry-sdk')}, {os.cpu_count()} cores. Instructions per trace under callgrind: the count",
+        "with k measured traces less the count with none, over k (see Method).",
+        "",
+        "| case | baseline instr/trace | candidate instr/trace | ratio | added per span | k |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in counts:
+        added = (c.candidate - c.baseline) / c.spans_per_unit
+        lines.append(
+            f"| `{c.key}`: {_case(c.key).title} | {c.baseline:,.0f} | {c.candidate:,.0f} | {c.ratio:.3f} "
+            f"| {added:+,.0f} | {c.units} |"
+        )
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write_readme(block: str) -> None:
+    """Replace the figures block of benchmarks/README.md with ``block``."""
+    text = README.read_text(encoding="utf-8")
+    head, begin, rest = text.partition(BEGIN)
+    _, end, tail = rest.partition(END)
+    if not begin or not end:
+        raise SystemExit(f"{README}: no figures block ({BEGIN} ... {END}) to replace")
+    README.write_text(head + block + tail, encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", action="append", help="cases to count (default: all); wide@N for N children")
     parser.add_argument("--scaling", action="store_true", help=f"also the wide cases at {SCALING[0]:,} children")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="valgrind processes at once")
     parser.add_argument("--python", default=os.environ.get("LATENCY_BUDGET_BENCH_PYTHON", sys.executable))
+    parser.add_argument(
+        "--write-readme",
+        action="store_true",
+        help="write the figures table of benchmarks/README.md from this run (every case, or those given)",
+    )
     parser.add_argument("--child", nargs=3, metavar=("CASE", "VARIANT", "UNITS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -162,14 +210,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     python = os.path.realpath(args.python)
+    if args.write_readme and args.scaling:
+        parser.error("--write-readme writes the cases of one run: drop --scaling")
     keys = list(args.case or CASES)
     if args.scaling:
         keys += [f"wide@{SCALING[0]}", f"wide-full@{SCALING[0]}"]
     for key in keys:
         _case(key)  # unknown names fail here, before any valgrind run
     print(f"callgrind instruction counts per trace, {python}; k measured traces minus 0")
+    counts = []
     for result in count(python, keys, args.jobs):
         print(result.line(), flush=True)
+        counts.append(result)
+    if args.write_readme:
+        cases = "".join(f" --case {key}" for key in args.case or ())
+        write_readme(
+            figures_table(counts, python, f"python benchmarks/overhead.py --instructions --write-readme{cases}")
+        )
+        print(f"Wrote the figures table of {README}.")
     return 0
 
 

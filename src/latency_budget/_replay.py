@@ -14,7 +14,7 @@ whole recording (:mod:`latency_budget.cli._levers`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
-from latency_budget._core.call_facts import calls_of
+from latency_budget._core.accounting import LeverHints
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState
+from latency_budget._core.trace_state import TraceState, is_local_root
 
 __all__ = ["JudgedRoot", "Recorded", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
 
@@ -126,14 +126,12 @@ def evaluate_spans(
     Each report carries its stage calls (``calls``, outermost calls only) for the lever
     estimates.
     """
-    reports: list[TraceReport] = []
-    for judged in judge_roots(config, spans, max_spans_per_trace=max_spans_per_trace, every_root=every_root):
-        report = judged.report
-        report.calls = calls_of(
-            judged.state.outermost_calls(), judged.state.budgets.stages
-        )  # the levers are estimated over all requests (CLI)
-        reports.append(report)
-    return reports
+    # No lever hints here: the CLI estimates the levers over all requests, from each
+    # report's calls.
+    return [
+        judged.report
+        for judged in judge_roots(config, spans, max_spans_per_trace=max_spans_per_trace, every_root=every_root)
+    ]
 
 
 def judge_roots(
@@ -143,6 +141,7 @@ def judge_roots(
     max_spans_per_trace: int = 1_000,
     every_root: bool = False,
     whole_trace: bool = False,
+    levers: Callable[[TraceState], LeverHints] | None = None,
 ) -> list[JudgedRoot]:
     """Judge each root among ``spans`` that is a request, ordered by the root's start time.
 
@@ -150,7 +149,8 @@ def judge_roots(
     one per trace: its span with no parent (the earliest, if several), whose account
     holds every span of the trace, whichever process made it; a trace with no such span
     is not judged. A span's stage is decided under ``config`` resolved for its own
-    resource, the root's request and profile under the root's.
+    resource, the root's request and profile under the root's. ``levers``, when given,
+    makes the lever estimate of each judged trace (as the live processor's).
     """
     by_id: dict[tuple[int, int], Recorded] = {}
     for span in spans:
@@ -178,9 +178,10 @@ def judge_roots(
             path = []
             while key not in owner:
                 span = by_id[key]
-                parent = (span.trace_id, span.parent_id) if span.parent_id is not None else None
-                if parent is None or span.remote_parent or parent not in by_id or parent in path or parent == key:
-                    roots[key] = span
+                parent = (span.trace_id, span.parent_id or 0)
+                recorded = span.parent_id is not None and parent in by_id
+                if is_local_root(span.parent_id, span.remote_parent, recorded) or parent in path or parent == key:
+                    roots[key] = span  # a parent among its own descendants (a cycle) makes a root too
                     owner[key] = key
                     break
                 path.append(key)
@@ -228,7 +229,13 @@ def judge_roots(
         state.config = root_config
         if not every_root and not state.judged_by_default(root.kind, root.remote_parent, root.attributes):
             continue  # start-up work, by the default rule: not judged, as in the live processor
-        report = state.report(root.start_ns, root.end_ns, trace_id=root.trace_id, root_name=root.name)
+        report = state.report(
+            root.start_ns,
+            root.end_ns,
+            trace_id=root.trace_id,
+            root_name=root.name,
+            levers=levers(state) if levers is not None else None,
+        )
         judged.append(JudgedRoot(root, state, report, stage))  # stage: the root's, recorded last
     return judged
 

@@ -17,16 +17,38 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass
 
 from latency_budget import _guard
 from latency_budget._core.trace_state import TraceState
 
-__all__ = ["TraceTable"]
+__all__ = ["ProcessorStats", "TraceTable"]
 
 # The idle sweep looks at up to _SWEEP traces from the head of the LRU order, when a root
 # starts and the head is idle, and every _ROTATE_EVERY roots (2 per root on average).
 _SWEEP = 16
 _ROTATE_EVERY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorStats:
+    """How the processor is coping: one consistent snapshot of its table of active traces.
+
+    ``active_traces`` are open now; ``evicted_lru`` and ``evicted_idle`` were dropped to
+    make room (their spans forwarded unannotated); ``reports`` were judged when their
+    root ended (one report each); ``truncated_traces`` of those had more spans than
+    ``max_spans_per_trace``. The table keeps its counters under these names.
+    ``unstaged_ai_spans`` (the processor's, not the table's) counts spans of accounted
+    traces that name a model and look like AI calls but matched no stage: a dialect the
+    built-in table does not know (``latency-budget doctor`` prints the rule to add).
+    """
+
+    active_traces: int
+    evicted_lru: int
+    evicted_idle: int
+    reports: int
+    truncated_traces: int
+    unstaged_ai_spans: int = 0
 
 
 class TraceTable:
@@ -41,12 +63,12 @@ class TraceTable:
         "_owners",
         "_traces",
         "by_trace",
-        "closed",
         "evicted_idle",
         "evicted_lru",
         "lock",
         "max_traces",
-        "truncated",
+        "reports",
+        "truncated_traces",
         "ttl_ns",
     )
 
@@ -59,13 +81,14 @@ class TraceTable:
         self._traces: dict[TraceState, None] = {}
         self.by_trace: dict[int, TraceState] = {}  # trace id -> its first active local root
         self._owners: dict[int, TraceState] = {}  # span id -> state, for traces with several local roots
-        self.evicted_lru = self.evicted_idle = self.closed = self.truncated = 0
+        self.evicted_lru = self.evicted_idle = self.reports = self.truncated_traces = 0
         self._countdown = _ROTATE_EVERY  # roots until the next idle sweep
 
-    def counts(self) -> tuple[int, int, int, int, int]:
-        """Active traces, LRU and idle evictions, closed traces, truncated traces: one consistent snapshot."""
+    def stats(self) -> ProcessorStats:
+        """The counters, as one consistent snapshot."""
         with self.lock:
-            return len(self._traces), self.evicted_lru, self.evicted_idle, self.closed, self.truncated
+            active = len(self._traces)
+            return ProcessorStats(active, self.evicted_lru, self.evicted_idle, self.reports, self.truncated_traces)
 
     def open(self, state: TraceState) -> None:
         """Add the trace of a local root that started, making room first when the table is full or a sweep is due."""
@@ -122,7 +145,7 @@ class TraceTable:
                 state.finished = True
                 del self._traces[state]
                 del by_trace[state.trace_id]
-            self.closed += 1
+            self.reports += 1
         return True
 
     def drop(self, state: TraceState) -> None:
@@ -134,7 +157,7 @@ class TraceTable:
     def count_truncated(self) -> None:
         """Count a closed trace that had more spans than it could remember."""
         with self.lock:
-            self.truncated += 1
+            self.truncated_traces += 1
 
     def reset_after_fork(self) -> None:
         """Empty the table in a forked child: the parent's spans end in the parent.
@@ -145,7 +168,7 @@ class TraceTable:
         self._traces.clear()
         self.by_trace.clear()
         self._owners.clear()
-        self.evicted_lru = self.evicted_idle = self.closed = self.truncated = 0
+        self.evicted_lru = self.evicted_idle = self.reports = self.truncated_traces = 0
 
     def _make_room(self, now: int) -> None:
         """Drop idle traces, then the least recently used while the table is full. Holds the lock."""

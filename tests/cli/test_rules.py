@@ -250,7 +250,7 @@ def test_an_unwritable_output_is_one_line(tmp_path: Path) -> None:
 def test_the_alerting_page_shows_a_generated_alert_as_written(capsys: pytest.CaptureFixture[str]) -> None:
     """The alert in docs/alerting.md is, key for key, what the command it names writes."""
     readme = (REPO / "docs" / "alerting.md").read_text(encoding="utf-8")
-    section = readme.split("## Alerting on budgets", 1)[1]
+    section = readme.split("# Alerting on budgets", 1)[1]
     match = re.search(r"A generated alert \(`latency-budget (rules [^`]+)`\):\n\n```yaml\n(.*?)```", section, re.S)
     assert match is not None
     command, block = match.groups()

@@ -114,7 +114,7 @@ def test_objective_errors_name_file_line_and_key(text: str, message: str) -> Non
 
 def test_the_alerting_page_objective_example_loads_as_it_says() -> None:
     """docs/alerting.md's objective example loads with the default, a stage's own and the profile's overrides."""
-    readme = (REPO / "docs" / "alerting.md").read_text(encoding="utf-8").split("## Alerting on budgets", 1)[1]
+    readme = (REPO / "docs" / "alerting.md").read_text(encoding="utf-8").split("# Alerting on budgets", 1)[1]
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     config = load_budgets(text=example, source="docs/alerting.md")
     default, voice = config.default, config.budgets_by_profile("voice")

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
 from opentelemetry import trace
@@ -629,6 +629,57 @@ def test_shutdown_passes_through_once() -> None:
     processor.shutdown()
 
     assert downstream.shutdowns == 1
+
+
+def test_after_shutdown_spans_pass_through_untouched() -> None:
+    """After shutdown() every span is forwarded as it came, unjudged, as the SDK's own processors let them."""
+    downstream = RecordingProcessor()
+    reports: list[object] = []
+    processor = LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), downstream, on_report=reports.append)
+    provider = TracerProvider(shutdown_on_exit=False)
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    processor.shutdown()
+
+    root = tracer.start_span("request", start_time=at(0))
+    child = tracer.start_span("chat", trace.set_span_in_context(root), attributes=op("chat"), start_time=at(1))
+    child.end(end_time=at(9_000))
+    root.end(end_time=at(9_500))
+
+    processor.on_end(b"not a span")  # type: ignore[arg-type]  # still total: logged, not forwarded
+
+    assert downstream.started == [root, child]
+    assert [span.context for span in downstream.ended] == [child.context, root.context]
+    assert all(not any(key.startswith("latency_budget.") for key in span.attributes or {}) for span in downstream.ended)
+    assert reports == []
+    assert processor.stats().reports == 0
+
+
+@pytest.mark.parametrize(
+    ("hook", "call"),
+    [
+        ("on_start", lambda p: p.on_start(None)),
+        ("on_start", lambda p: p.on_start("span", None)),
+        ("on_end", lambda p: p.on_end(None)),
+        ("on_end", lambda p: p.on_end(42)),
+        ("force_flush", lambda p: p.force_flush("soon")),
+        ("force_flush", lambda p: p.force_flush(None)),
+    ],
+)
+def test_a_hook_given_the_wrong_type_logs_once_and_returns(
+    hook: str, call: Callable[[LatencyBudgetProcessor], object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hook given what it cannot take returns (False for a flush), logs once and forwards nothing."""
+    downstream = RecordingProcessor()
+    processor = LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), downstream)
+
+    with caplog.at_level(logging.ERROR, logger="latency_budget"):
+        results = [call(processor), call(processor)]
+
+    assert results[0] in (None, False)
+    assert [r.getMessage().split(" was given")[0] for r in caplog.records] == [f"latency_budget: {hook}"]
+    assert downstream.started == downstream.ended == []
+    assert downstream.flushes == []
 
 
 @pytest.mark.parametrize("result", [True, False])

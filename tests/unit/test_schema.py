@@ -367,8 +367,15 @@ def test_schema_is_valid_draft_2020_12() -> None:
 
 
 def test_repository_copy_is_the_packaged_schema() -> None:
-    """budgets.schema.json at the top of the repository is byte for byte the packaged one: edit both together."""
+    """budgets.schema.json at the top of the repository is byte for byte the packaged one (the source): copy it over."""
     assert (REPO / "budgets.schema.json").read_bytes() == PACKAGED.read_bytes()
+
+
+def test_repository_example_is_the_packaged_example() -> None:
+    """budgets.example.yaml at the top of the repository is the packaged one (the source) under the schema modeline."""
+    packaged = resources.files("latency_budget._demo").joinpath("budgets.example.yaml").read_text(encoding="utf-8")
+    repository = (REPO / "budgets.example.yaml").read_text(encoding="utf-8")
+    assert repository == "# yaml-language-server: $schema=./budgets.schema.json\n" + packaged
 
 
 @pytest.mark.parametrize(
@@ -413,3 +420,13 @@ def test_schema_command_has_help_with_an_example(capsys: pytest.CaptureFixture[s
         main(["schema", "--help"])
     assert exited.value.code == 0
     assert "  latency-budget schema" in capsys.readouterr().out.split("examples:\n", 1)[1]
+
+
+def test_schema_command_writes_a_file_and_says_so_as_every_command_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`latency-budget schema -o FILE` writes the packaged schema there and says `Wrote FILE.`, as rules does."""
+    out = tmp_path / "budgets.schema.json"
+    assert main(["schema", "-o", str(out)]) == 0
+    assert capsys.readouterr() == ("", f"Wrote {out}.\n")
+    assert out.read_text(encoding="utf-8") == PACKAGED.read_text(encoding="utf-8")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from dataclasses import astuple
 
 import pytest
 
@@ -23,7 +24,7 @@ def root(span_id: int, trace_id: int, start_ms: float = 0.0) -> TraceState:
 
 
 def active(table: TraceTable) -> int:
-    return table.counts()[0]
+    return astuple(table.stats())[0]
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def test_open_then_close_leaves_an_empty_table_and_counts_one_closed() -> None:
     assert table.by_trace[100] is state
     assert table.close(state) is True
     assert table.by_trace == {}
-    assert table.counts() == (0, 0, 0, 1, 0)
+    assert astuple(table.stats()) == (0, 0, 0, 1, 0)
 
 
 def test_close_after_eviction_reports_false_and_counts_nothing() -> None:
@@ -52,7 +53,7 @@ def test_close_after_eviction_reports_false_and_counts_nothing() -> None:
     table.open(second)
     assert first.finished
     assert table.close(first) is False
-    assert table.counts() == (1, 1, 0, 0, 0)
+    assert astuple(table.stats()) == (1, 1, 0, 0, 0)
 
 
 def test_full_table_gives_recently_active_traces_a_second_chance() -> None:
@@ -68,7 +69,7 @@ def test_full_table_gives_recently_active_traces_a_second_chance() -> None:
     assert not old.referenced
     assert 200 not in table.by_trace
     assert busy.finished
-    assert table.counts()[:3] == (2, 1, 0)
+    assert astuple(table.stats())[:3] == (2, 1, 0)
 
 
 def test_idle_head_is_dropped_when_a_root_starts_past_its_ttl(
@@ -85,7 +86,7 @@ def test_idle_head_is_dropped_when_a_root_starts_past_its_ttl(
         table.open(root(4, 400, start_ms=5_000))
     assert idle.finished
     assert 100 not in table.by_trace
-    assert table.counts()[:3] == (1, 0, 3)
+    assert astuple(table.stats())[:3] == (1, 0, 3)
     assert sum("idle for over 1 s" in r.getMessage() for r in caplog.records) == 1
 
 
@@ -119,7 +120,7 @@ def test_second_local_root_of_a_trace_owns_its_spans_and_takes_over_when_the_fir
     assert second.shared == []
     assert table.close(second)
     assert table.by_trace == {}
-    assert table.counts() == (0, 0, 0, 2, 0)
+    assert astuple(table.stats()) == (0, 0, 0, 2, 0)
 
 
 def test_closing_the_second_local_root_first_leaves_the_first_in_place() -> None:
@@ -151,7 +152,7 @@ def test_truncated_traces_are_counted() -> None:
     table = TraceTable(10, TTL_NS)
     table.count_truncated()
     table.count_truncated()
-    assert table.counts()[4] == 2
+    assert astuple(table.stats())[4] == 2
 
 
 def test_reset_after_fork_empties_the_table_in_place() -> None:
@@ -163,6 +164,6 @@ def test_reset_after_fork_empties_the_table_in_place() -> None:
     table.reset_after_fork()
     assert table.by_trace is by_trace
     assert by_trace == {}
-    assert table.counts() == (0, 0, 0, 0, 0)
+    assert astuple(table.stats()) == (0, 0, 0, 0, 0)
     table.open(root(2, 200))  # usable afterwards, with a lock no thread holds
     assert active(table) == 1

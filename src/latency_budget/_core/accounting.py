@@ -6,15 +6,29 @@ It knows nothing about OpenTelemetry: it turns per-stage measurements into a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from latency_budget._config.model import BudgetSet, Severity
+from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint
 from latency_budget._core.intervals import union_length
 from latency_budget._core.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
 
-__all__ = ["StageMeasurement", "evaluate", "union_length"]
+__all__ = ["LeverHints", "StageMeasurement", "busy_length", "evaluate", "union_length"]
+
+# The latency levers' estimate for one request: its calls and its judged report in, the
+# hints out (see evaluate).
+LeverHints = Callable[[Sequence[Call], TraceReport], tuple[Hint, ...]]
+
+
+def busy_length(intervals: Sequence[tuple[int, int]]) -> int:
+    """The busy time of intervals ``(start, end)``: the sum of their lengths (0 for one that ends first)."""
+    busy = 0
+    for start, end in intervals:
+        if end > start:
+            busy += end - start
+    return busy
 
 
 @dataclass(slots=True)
@@ -36,6 +50,8 @@ def evaluate(
     critical_ms: Mapping[str, float] | None = None,
     unattributed_ms: float | None = None,
     hints: tuple[Hint, ...] = (),
+    calls: tuple[Call, ...] = (),
+    levers: LeverHints | None = None,
     trace_id: int | None = None,
     span_id: int | None = None,
     root_name: str | None = None,
@@ -47,12 +63,16 @@ def evaluate(
     ``measurements`` is keyed by stage name; stages without one were not seen.
     ``first_token_ms`` is the request-level time to first token, when known.
     ``critical_ms`` (per stage) and ``unattributed_ms`` split the critical path, when
-    a timeline is known; ``hints`` are passed through to the report.
+    a timeline is known; ``hints`` and ``calls`` (the request's stage calls, for the
+    latency levers) are passed through to the report. ``levers``, given the calls and the
+    judged report, returns the lever hints, which follow ``hints``. This is the one
+    builder of a report: nothing assigns to one after it returns.
     """
     # The records are built with keywords on a bare instance (object.__new__, then the
     # class's __init__): this runs once per trace on the application's thread, and a class
     # called with keywords packs them into a dict first, which costs about as much again
-    # as building the record (11 fields).
+    # as building the record: about 5 K instructions per 11-field record under callgrind
+    # (benchmarks/README.md, "How the figures got here").
     stage_reports: list[StageReport] = []
     violations: list[Violation] = []
     for budget in budgets.stages:
@@ -124,8 +144,32 @@ def evaluate(
         root_name=root_name,
         start_time_ns=start_time_ns,
         end_time_ns=end_time_ns,
+        calls=calls,
     )
-    return report
+    if levers is None or not calls:
+        return report
+    # The levers read the judged report (stage times, first token); the report they give
+    # hints for is a copy (rare: most requests have no lever), built by position.
+    lever_hints = levers(calls, report)
+    if not lever_hints:
+        return report
+    return TraceReport(
+        report.profile,
+        report.stages,
+        report.total_budget_ms,
+        report.total_actual_ms,
+        report.violations,
+        report.first_token_ms,
+        report.first_token_budget_ms,
+        report.unattributed_ms,
+        report.hints + lever_hints,
+        report.trace_id,
+        report.span_id,
+        report.root_name,
+        report.start_time_ns,
+        report.end_time_ns,
+        report.calls,
+    )
 
 
 def _timed(stage: str, kind: ViolationKind, severity: Severity, budget_ms: float, actual_ms: float) -> Violation:

@@ -67,15 +67,8 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> Attribut
         if stage.critical_ms:
             out[keys[5]] = (stage.critical_ms * 1000.0 + 0.5) // 1.0 / 1000.0
     if report.violations:
-        # The request-level budgets (total_ms, first_token_ms) count as the stage "total",
-        # last: a request over budget always names what it broke.
-        over, warn = report.over_budget_stages, report.warn_stages
-        for severity in {v.severity for v in report.violations if v.stage == attr.TOTAL}:
-            if severity == "error":
-                over += (attr.TOTAL,)
-            else:
-                warn += (attr.TOTAL,)
-        out[attr.OVER_BUDGET_STAGES] = over
+        out[attr.OVER_BUDGET_STAGES] = report.broken_stages("error")
+        warn = report.broken_stages("warn")
         if warn:
             out[attr.WARN_STAGES] = warn
     if report.total_budget_ms is not None:

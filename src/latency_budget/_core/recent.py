@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from latency_budget import _guard
 from latency_budget._config.model import BudgetSet
-from latency_budget._core.call_facts import Call, RawCall, calls_of
+from latency_budget._core.call_facts import Call
 from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
@@ -233,25 +233,24 @@ def _cut(name: str | None) -> str | None:
 
 def add_lever_hints(
     recent: RecentCalls,
-    raw: Sequence[RawCall],
+    calls: Sequence[Call],
     budgets: BudgetSet,
     report: TraceReport,
     names: Mapping[int, str] | None = None,
-) -> None:
-    """Give ``report`` its calls and a hint per lever that recent calls give an estimate for.
+) -> tuple[Hint, ...]:
+    """Remember ``calls`` (a request's, see ``calls_of``); a hint per lever that recent calls give an estimate for.
 
-    ``budgets`` (the request's profile) gives the stages and ``hints.min_saving_ms``;
-    ``names`` (span id -> name) names the spans of each hint, as for the other hints.
+    ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is the
+    request's judged report; ``names`` (span id -> name) names the spans of each hint, as
+    for the other hints.
     """
-    calls = calls_of(raw, budgets.stages)
     if not calls:
-        return
-    report.calls = calls
+        return ()
     maybe = recent.add(calls)  # this trace's own calls count too
     findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms) if maybe else ()
     recent.remember(calls)  # after: "an earlier request" is strictly earlier
     if not findings:
-        return
+        return ()
     known = names if names is not None else {}
     hints = tuple(
         Hint(
@@ -266,5 +265,4 @@ def add_lever_hints(
         for f in findings
         if f.saving_ms is not None and f.saving_ms > 0
     )
-    if hints:
-        report.hints += hints
+    return hints

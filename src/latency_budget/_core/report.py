@@ -136,6 +136,22 @@ class TraceReport:
             return ()
         return tuple(s.stage for s in self.stages if any(v.severity == "warn" for v in s.violations))
 
+    def broken_stages(self, severity: Severity = "error") -> tuple[str, ...]:
+        """What broke a budget of ``severity``: its stages in config order, then ``"total"``.
+
+        ``"total"`` stands for the request-level budgets (``total_ms``, ``first_token_ms``),
+        last, so a request over budget always names what it broke. The root span's
+        ``over_budget_stages`` and ``warn_stages`` attributes, the demo and the testing
+        helper all say this.
+        """
+        if not self.violations:
+            return ()
+        stages = self.over_budget_stages if severity == "error" else self.warn_stages
+        for violation in self.violations:
+            if violation.stage == TOTAL and violation.severity == severity:
+                return (*stages, TOTAL)
+        return stages
+
     @property
     def critical_stage(self) -> str | None:
         """The stage with the most critical-path time (first in config order on ties)."""

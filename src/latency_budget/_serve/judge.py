@@ -10,15 +10,20 @@ span changes. A root that already carries a verdict (judged in process) is left 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, cast
 
 from latency_budget import _attributes as attr
-from latency_budget._config.model import BudgetConfig
+from latency_budget._config.model import BudgetConfig, BudgetSet
+from latency_budget._core.accounting import LeverHints
 from latency_budget._core.annotate import root_annotation
+from latency_budget._core.call_facts import Call
+from latency_budget._core.hints import Hint
 from latency_budget._core.recent import RecentCalls, add_lever_hints
 from latency_budget._core.report import TraceReport
+from latency_budget._core.trace_state import TraceState
 from latency_budget._replay import judge_roots
 from latency_budget._serve.otlp import Received, annotate
 
@@ -60,7 +65,12 @@ class Judge:
                 verdicts.already_annotated = 1
                 return verdicts
         found = judge_roots(
-            self.config, spans, max_spans_per_trace=self._max_spans, whole_trace=whole, every_root=False
+            self.config,
+            spans,
+            max_spans_per_trace=self._max_spans,
+            whole_trace=whole,
+            every_root=False,
+            levers=self._levers_of,
         )
         if whole and not found:
             verdicts.not_requests = 1
@@ -70,11 +80,6 @@ class Judge:
                 verdicts.already_annotated += 1
                 continue
             state, report = judged.state, judged.report
-            if state.calls:
-                try:
-                    add_lever_hints(self._recent, state.outermost_calls(), state.budgets, report, state.names)
-                except Exception as exc:  # the verdict stands without the lever hints
-                    logger.debug("latency_budget serve: lever hints failed: %r", exc)
             extra, events = root_annotation(
                 state,
                 report,
@@ -92,6 +97,19 @@ class Judge:
             verdicts.reports.append(report)
             verdicts.judged += 1
         return verdicts
+
+    def _levers_of(self, state: TraceState) -> LeverHints:
+        """The lever estimate of one judged trace, from this instance's recent calls (as in process)."""
+        return partial(self._lever_hints, state.names, state.budgets)
+
+    def _lever_hints(
+        self, names: Mapping[int, str], budgets: BudgetSet, calls: Sequence[Call], draft: TraceReport
+    ) -> tuple[Hint, ...]:
+        try:
+            return add_lever_hints(self._recent, calls, budgets, draft, names)
+        except Exception as exc:  # the verdict stands without the lever hints
+            logger.debug("latency_budget serve: lever hints failed: %r", exc)
+            return ()
 
 
 def _trace_root(spans: Sequence[Received]) -> Received | None:

@@ -18,7 +18,7 @@ from latency_budget._encode import terminal_text
 
 from ._common import CliError
 
-__all__ = ["EXIT_OUTPUT", "OutputError", "emit", "finish_output", "warn", "write_file"]
+__all__ = ["EXIT_OUTPUT", "OutputError", "emit", "emit_or_write", "finish_output", "warn", "write_file", "wrote"]
 
 EXIT_OUTPUT = 4
 _CLOSED = (errno.EPIPE, errno.EBADF)  # the reader went away, or stdout was closed under us: not an error
@@ -65,6 +65,20 @@ def write_file(path: str, text: str) -> None:
         Path(path).write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise OutputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def wrote(path: str) -> None:
+    """Say on standard error that ``path`` was written: ``Wrote PATH.``, the same line for every command."""
+    print(f"Wrote {terminal_text(path)}.", file=sys.stderr)
+
+
+def emit_or_write(text: str, path: str | None) -> None:
+    """Print ``text`` as it is (it ends its own lines), or write it to ``path`` and say so."""
+    if path is None:
+        emit(text, end="")
+        return
+    write_file(path, text)
+    wrote(path)
 
 
 def warn(message: str) -> None:

@@ -276,7 +276,7 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
 
 def _request_heading(index: int, total: int, description: str, report: TraceReport) -> str:
     if report.violated:
-        verdict = f"OVER BUDGET: {', '.join(report.over_budget_stages) or 'total'}"
+        verdict = f"OVER BUDGET: {', '.join(report.broken_stages('error'))}"
     elif report.violations:
         verdict = "within budget (with warnings)"
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 from latency_budget._encode import markdown_text, terminal_text
@@ -13,7 +12,7 @@ from latency_budget.cli.stats import optimisation
 from ._common import example_epilog, raw_help
 from ._html import render_html
 from ._levers import LeverAnalysis, analyse_levers
-from ._output import emit, write_file
+from ._output import emit, write_file, wrote
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded
 from ._summary import closing_lines, optimisation_json, summary_json, summary_markdown, summary_table
 from ._where import context_lines, levers_json, model_lines, where_lines
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         write_file(args.html, page)
     emit(output)
     if page is not None:
-        print(f"Wrote {terminal_text(args.html)}.", file=sys.stderr)
+        wrote(args.html)
     return 0
 
 

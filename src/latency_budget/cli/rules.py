@@ -10,7 +10,7 @@ from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._encode import terminal_text, visible
 
 from ._common import CliError, example_epilog, http_url, raw_help, service_name
-from ._output import emit, write_file
+from ._output import emit_or_write
 from ._slo_rules import (
     DEFAULT_MAX_RULES,
     DEFAULT_PERIOD,
@@ -152,9 +152,5 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
     for note in notes:
         print(f"latency-budget: note: {terminal_text(note)}", file=sys.stderr)
-    if args.output is None:
-        emit(text, end="")
-        return 0
-    write_file(args.output, text)
-    print(f"Wrote {terminal_text(args.output)}.", file=sys.stderr)
+    emit_or_write(text, args.output)
     return 0

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from importlib import resources
 from typing import Any
 
 from latency_budget.cli._common import example_epilog, raw_help
-from latency_budget.cli._output import emit, write_file
+from latency_budget.cli._output import emit_or_write
 
 __all__ = ["SCHEMA_NAME", "register", "schema_text"]
 
@@ -42,10 +41,5 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the schema, or write it to ``args.output``."""
-    text = schema_text()
-    if args.output is None:
-        emit(text, end="")
-        return 0
-    write_file(args.output, text)
-    print(f"wrote {args.output}", file=sys.stderr)
+    emit_or_write(schema_text(), args.output)
     return 0

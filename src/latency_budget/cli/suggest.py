@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,11 @@ import yaml
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
-from latency_budget._encode import terminal_text, yaml_comment, yaml_scalar
+from latency_budget._encode import yaml_comment, yaml_scalar
 from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
-from ._output import emit, write_file
+from ._output import emit_or_write
 from ._recorded import (
     Recorded,
     add_budgets_argument,
@@ -81,11 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"internal error: the suggested budget file does not validate: {exc}", exit_code=EXIT_INTERNAL
         ) from None
-    if args.output:
-        write_file(args.output, text)
-        print(f"Wrote {terminal_text(args.output)}.", file=sys.stderr)
-    else:
-        emit(text, end="")
+    emit_or_write(text, args.output or None)
     return 0
 
 

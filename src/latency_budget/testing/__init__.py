@@ -32,7 +32,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 
 from latency_budget._config import BudgetConfig, as_config
-from latency_budget._core.report import TOTAL, TraceReport
+from latency_budget._config.model import Severity
+from latency_budget._core.report import TraceReport
 from latency_budget.testing._capture import Capture, capture_spans
 from latency_budget.testing._verdict import judge_block, percentile_reports
 
@@ -309,8 +310,6 @@ def _enforce(result: BudgetResult, *, stacklevel: int) -> None:
             )
 
 
-def _message(title: str, result: BudgetResult, report: TraceReport, severity: str) -> str:
-    names = list(report.over_budget_stages if severity == "error" else report.warn_stages)
-    if any(v.stage == TOTAL and v.severity == severity for v in report.violations):
-        names.append(TOTAL)
+def _message(title: str, result: BudgetResult, report: TraceReport, severity: Severity) -> str:
+    names = report.broken_stages(severity)
     return f"{title}: {', '.join(names)} {_heading(result, report)}\n\n{report.table()}"

@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import StageMeasurement, evaluate
 from latency_budget._core.report import TraceReport
+from latency_budget._core.trace_state import is_local_root
 from latency_budget._replay import SpanRecord, evaluate_spans, record_of
 
 __all__ = ["BLOCK_ROOT_NAME", "judge_block", "percentile_reports"]
@@ -35,7 +36,7 @@ def judge_block(config: BudgetConfig, spans: Sequence[ReadableSpan]) -> TraceRep
     tops = [
         record
         for record in records
-        if record.parent_id is None or record.remote_parent or (record.trace_id, record.parent_id) not in keys
+        if is_local_root(record.parent_id, record.remote_parent, (record.trace_id, record.parent_id) in keys)
     ]
     requests = [top for top in tops if config.is_request(top.name, top.kind, top.scope, top.attributes)]
     if requests and len(requests) < len(tops):
