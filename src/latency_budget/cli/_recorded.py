@@ -12,9 +12,9 @@ from latency_budget._replay import evaluate_spans
 from latency_budget.cli._stats import RunSummary, summarize
 
 from ._common import CliError, load_budgets_option, service_name
+from ._inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
 from ._output import warn
 from ._summary import plural
-from ._inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
 
 __all__ = [
     "BUILTIN_LABEL",
