@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from latency_budget.cli.check import checks_for
-from latency_budget.cli.stats import StageSummary
+from latency_budget.cli._check import checks_for
+from latency_budget.cli._stats import StageSummary
 
 from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, assert_one_line_error, expected_reports, run_cli
 

@@ -25,8 +25,8 @@ from opentelemetry.trace import SpanKind
 from latency_budget import LatencyBudgetProcessor, _guard, load_budgets
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._replay import SpanRecord, evaluate_spans, record_of
-from latency_budget.cli.doctor import diagnose, merged_fix
-from latency_budget.cli.main import main
+from latency_budget.cli._doctor import diagnose, merged_fix
+from latency_budget.cli._main import main
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from latency_budget.cli import main
-from latency_budget.cli.inputs import InputLimits, TraceInputError, read_trace_files
+from latency_budget.cli._inputs import InputLimits, TraceInputError, read_trace_files
 
 from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, run_cli
 

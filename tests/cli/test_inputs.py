@@ -17,7 +17,7 @@ from latency_budget._config import load_budgets
 from latency_budget._core.report import TraceReport
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._replay import SpanRecord, evaluate_spans
-from latency_budget.cli.inputs import TraceInputError, read_trace_files
+from latency_budget.cli._inputs import TraceInputError, read_trace_files
 
 from .conftest import BUDGETS, JAEGER_SEARCH, JAEGER_TRACE, OTLP, expected_reports
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from latency_budget._config import load_budgets
 from latency_budget._core.accounting import StageMeasurement, evaluate
 from latency_budget._core.report import TraceReport
-from latency_budget.cli.stats import percentile, summarize
+from latency_budget.cli._stats import percentile, summarize
 
 finite = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 

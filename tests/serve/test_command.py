@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from latency_budget.cli.main import main
+from latency_budget.cli._main import main
 from tests.e2e.services import poll
 
 from .harness import NextHop, record, send_grpc

@@ -21,7 +21,7 @@ CPU_SECONDS = 300  # for the whole worker: a backstop, far above what the exampl
 def main() -> None:
     """Answer one line per request until stdin closes."""
     from latency_budget import BudgetConfigError, load_budgets  # noqa: PLC0415 - after the limits are set
-    from latency_budget.cli.inputs import InputLimits, TraceInputError, read_trace_files  # noqa: PLC0415
+    from latency_budget.cli._inputs import InputLimits, TraceInputError, read_trace_files  # noqa: PLC0415
 
     limits = InputLimits(max_bytes=8 << 20, max_line_bytes=1 << 20, max_depth=100, max_spans=100_000)
     for line in sys.stdin:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from latency_budget.cli.stats import optimisation
+from latency_budget.cli._stats import optimisation
 
 from .helpers import at, op, pipeline
 

@@ -1,5 +1,5 @@
 """The ``latency-budget`` command line. Each subcommand lives in its own module."""
 
-from latency_budget.cli.main import main
+from latency_budget.cli._main import main
 
 __all__ = ["main"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from latency_budget._core.report import TOTAL, TraceReport, format_ms
 from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
-from latency_budget.cli.stats import StageSummary
+from latency_budget.cli._stats import StageSummary
 
 from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, svg_ticks, where_section
 from ._levers import LeverAnalysis

@@ -26,7 +26,7 @@ from latency_budget._core.levers import (
     request_levers,
 )
 from latency_budget._core.report import TraceReport, format_ms
-from latency_budget.cli.stats import percentile
+from latency_budget.cli._stats import percentile
 
 __all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers", "fit_caption"]
 

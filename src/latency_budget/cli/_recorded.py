@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from latency_budget._config import BudgetConfig, load_budgets
 from latency_budget._core.report import TraceReport
 from latency_budget._replay import evaluate_spans
-from latency_budget.cli.stats import RunSummary, summarize
+from latency_budget.cli._stats import RunSummary, summarize
 
 from ._common import CliError, load_budgets_option, service_name
+from ._inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
 from ._output import warn
 from ._summary import plural
-from .inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
 
 __all__ = [
     "BUILTIN_LABEL",

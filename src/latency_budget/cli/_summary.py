@@ -14,7 +14,7 @@ from typing import Any
 
 from latency_budget._core.report import format_ms
 from latency_budget._encode import markdown_cell, markdown_text
-from latency_budget.cli.stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
+from latency_budget.cli._stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
 
 from ._table import markdown_table, text_table
 

@@ -21,7 +21,7 @@ from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets,
 from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
-from latency_budget.cli.stats import optimisation, summarize
+from latency_budget.cli._stats import optimisation, summarize
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
 from latency_budget.export.sinks import report_sinks
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from latency_budget._core.report import TOTAL, format_ms
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
-from latency_budget.cli.stats import StageSummary, optimisation
+from latency_budget.cli._stats import StageSummary, optimisation
 
 from ._common import EXIT_STATUS, example_epilog, raw_help
 from ._levers import analyse_levers

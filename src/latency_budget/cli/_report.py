@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from latency_budget._encode import markdown_text, terminal_text
-from latency_budget.cli.stats import optimisation
+from latency_budget.cli._stats import optimisation
 
 from ._common import example_epilog, raw_help
 from ._html import render_html

@@ -12,7 +12,7 @@ import yaml
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
 from latency_budget._encode import yaml_comment, yaml_scalar
-from latency_budget.cli.stats import ProfileSummary, StageSummary, percentile
+from latency_budget.cli._stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
 from ._output import emit_or_write
