@@ -11,7 +11,7 @@ doubles, then every :data:`REFRESH` calls (so the statistics describe the last
 
 Whether the data supports a fit (of latency on tokens, or the rank test of the per-token
 rate) is tested rarely: once the series' window is full, then every :data:`RETEST` calls,
-each time at half the level of the time before. Between tests a fit that passed is
+each time at half the level of the time before, :data:`MAX_DECISIONS` times at most. Between tests a fit that passed is
 refreshed, and one that failed stays off, so that on traffic where time does not grow
 with tokens the processor gives no more such estimates than ``report`` does.
 
@@ -38,6 +38,7 @@ from latency_budget._core.report import TraceReport
 __all__ = [
     "EXACT_UP_TO",
     "FIT_POINTS",
+    "MAX_DECISIONS",
     "MAX_KEYS",
     "MAX_NAME_CHARS",
     "MAX_SERIES",
@@ -51,6 +52,10 @@ __all__ = [
 
 WINDOW = 64  # calls remembered per model and stage
 RETEST = 16 * WINDOW  # calls between two tests of a series' fits (the first when its window is full)
+# Tests of a series' fits, at most: the 40th is at 0.025 / 2^40, about z = 7.6. Past about 49
+# the level no longer differs from 0 in a float (and past 1,023 2^n overflows one), so the
+# fits the last test supported are kept from then on.
+MAX_DECISIONS = 40
 EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
 REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
@@ -90,7 +95,7 @@ class _Series:
         added = self.added
         if added >= self.due:
             snapshot = list(self.calls)
-            if snapshot and added >= self.decide_at:
+            if snapshot and added >= self.decide_at and self.decisions < MAX_DECISIONS:
                 # Test the fits on the whole window, rarely: a fit re-tested at every refresh
                 # of overlapping windows would pass by chance far more often than once.
                 self.decisions += 1
