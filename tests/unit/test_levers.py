@@ -322,3 +322,17 @@ def test_summary_of_a_model_in_a_stage() -> None:
     assert stats.duration_fit is not None
     assert stats.duration_fit.slope == pytest.approx(0.05)
     assert stats.first_token_fit is None
+
+
+def test_an_operation_name_of_the_wrong_type_counts_as_absent() -> None:
+    """A list as gen_ai.operation.name (replayed JSON) reads as no operation, never a TypeError that drops the hints."""
+    call = call_of(
+        1,
+        "model_call",
+        0,
+        1_000_000,
+        None,
+        {"gen_ai.operation.name": ["chat"], "gen_ai.request.model": "gpt-4o", "gen_ai.usage.output_tokens": 7},
+    )
+    assert call.model == "gpt-4o"
+    assert not call.generation

@@ -141,7 +141,10 @@ def call_of(
     # operation; most spans have none).
     other = None
     operation = get(_OPERATION)
-    generation = operation in GENERATION_OPERATIONS or (operation is None and get(_OPENINFERENCE_KIND) == "LLM")
+    # A list (replayed JSON) is unhashable: only a string can name a generation operation.
+    generation = (type(operation) is str and operation in GENERATION_OPERATIONS) or (
+        operation is None and get(_OPENINFERENCE_KIND) == "LLM"
+    )
     input_tokens: int | None = None
     output_tokens: int | None = None
     response_model: str | None = None
