@@ -11,6 +11,7 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,8 +65,13 @@ def _start(budget_file: Path, hop: NextHop, *extra: str, env: dict[str, str] | N
 def _listening(process: subprocess.Popen[str]) -> dict[str, object]:
     assert process.stderr is not None
     line = process.stderr.readline()  # blocks until the server has bound its ports (or died)
-    event = json.loads(line)
-    assert event["event"] == "listening", line
+    try:
+        event = json.loads(line)
+        assert event["event"] == "listening", line
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
     return dict(event)
 
 
@@ -77,27 +83,32 @@ def _counters(health: object) -> dict[str, int] | None:
         return None
 
 
-def test_sigterm_judges_what_is_held_forwards_the_rest_and_exits_0(budget_file: Path, hop: NextHop) -> None:
-    """On SIGTERM a rooted trace is judged, a rootless one forwarded unjudged, and the process exits 0."""
-    process = _start(budget_file, hop, "--decision-wait", "600")
+def _drain(process: subprocess.Popen[str], health: object, counter: str, value: int, timeout: float) -> list[Any]:
+    """Once ``counter`` reads ``value``, SIGTERM the server; its JSON log lines once it exited 0 within ``timeout``."""
     try:
-        listening = _listening(process)
-        spans = record(agent_trace, first_trace=1)
-        rootless = [s for s in record(agent_trace, first_trace=2) if s.parent is not None]
-        assert send_grpc(spans + rootless, str(listening["grpc"])).name == "SUCCESS"
         poll(
-            lambda: ((c := _counters(listening["health"])) is not None and c["spans_received"] == 7) or None,
+            lambda: ((c := _counters(health)) is not None and c[counter] == value) or None,
             timeout=30,
-            what="7 spans received",
+            what=f"{counter} == {value}",
         )
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        assert process.wait(timeout=timeout) == 0
         assert process.stderr is not None
-        events = [json.loads(line) for line in process.stderr.read().splitlines()]
+        return [json.loads(line) for line in process.stderr.read().splitlines()]
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_sigterm_judges_what_is_held_forwards_the_rest_and_exits_0(budget_file: Path, hop: NextHop) -> None:
+    """On SIGTERM a rooted trace is judged, a rootless one forwarded unjudged, and the process exits 0."""
+    process = _start(budget_file, hop, "--decision-wait", "600")
+    listening = _listening(process)
+    spans = record(agent_trace, first_trace=1)
+    rootless = [s for s in record(agent_trace, first_trace=2) if s.parent is not None]
+    assert send_grpc(spans + rootless, str(listening["grpc"])).name == "SUCCESS"
+    events = _drain(process, listening["health"], "spans_received", 7, timeout=30)
     shutdown = next(e for e in events if e["event"] == "shutdown")
     assert shutdown["counters"]["traces_judged"] == 1
     assert shutdown["counters"]["traces_forwarded_unjudged"] == 1
@@ -154,22 +165,9 @@ def test_sigterm_with_the_next_hop_down_drops_and_counts_what_it_held(budget_fil
         "2",
         env={"LATENCY_BUDGET_SERVE_REPORTS": "otlp", "OTEL_EXPORTER_OTLP_TIMEOUT": "1"},
     )
-    try:
-        listening = _listening(process)
-        assert send_grpc(record(agent_trace), str(listening["grpc"])).name == "SUCCESS"
-        poll(
-            lambda: ((c := _counters(listening["health"])) is not None and c["traces_judged"] == 1) or None,
-            timeout=30,
-            what="the trace judged",
-        )
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
-        assert process.stderr is not None
-        events = [json.loads(line) for line in process.stderr.read().splitlines()]
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    listening = _listening(process)
+    assert send_grpc(record(agent_trace), str(listening["grpc"])).name == "SUCCESS"
+    events = _drain(process, listening["health"], "traces_judged", 1, timeout=60)
     assert "next_hop_down" in [e["event"] for e in events]
     shutdown = next(e for e in events if e["event"] == "shutdown")
     assert shutdown["counters"]["spans_dropped"] == 4
