@@ -188,3 +188,47 @@ def test_spans_known_only_by_name_get_a_name_rule() -> None:
     (report,) = evaluate_spans(load_budgets(text=_merge(BUDGETS, fix)), records)
     assert report.stage("tool_calls").count == 2
     assert diagnose(load_budgets(text=_merge(BUDGETS, fix)), records) == []
+
+
+def test_doctor_output_is_terminal_text_and_its_yaml_reads_back_exactly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile names from traces show no raw ESC, BEL or bidi control; the YAML and JSON fixes read back exactly."""
+    payload = "OpenAIChatGenerator\x1b]0;pwned\x07\u202eX\nlatency-budget: OK"
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("acme.tracing")
+    root = tracer.start_span("POST /ask", kind=SpanKind.SERVER, start_time=T0)
+    llm = tracer.start_span(
+        "acme.component.run", trace.set_span_in_context(root), attributes={COMPONENT: payload}, start_time=T0 + MS
+    )
+    llm.end(end_time=T0 + 300 * MS)
+    root.end(end_time=T0 + 400 * MS)
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(json.dumps(encode_otlp_json(list(exporter.get_finished_spans()))) + "\n", encoding="utf-8")
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(BUDGETS, encoding="utf-8")
+
+    assert main(["doctor", str(traces), "--budgets", str(budgets)]) == 1
+    text = capsys.readouterr().out
+    assert not any(c in text for c in "\x1b\x07\u202e"), text
+    assert "\nlatency-budget: OK" not in text  # no forged line
+    fragment = yaml.safe_load(text[text.index("\nstages:") :])
+    assert payload in _strings(fragment)  # the rule matches the exact value
+
+    assert main(["doctor", str(traces), "--budgets", str(budgets), "--format", "json"]) == 1
+    out = capsys.readouterr().out
+    assert out.isascii()
+    assert payload in _strings(json.loads(out)["fix"])
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a loaded YAML or JSON document."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []

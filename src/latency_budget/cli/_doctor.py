@@ -27,6 +27,7 @@ from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._config.genai_defaults import DIALECTS, NOT_CALLS, builtin_rules, looks_like_a_call
 from latency_budget._config.matching import MatchRule, vetoed
 from latency_budget._core.first_token import parse_instant_ns
+from latency_budget._encode import terminal_text
 from latency_budget._replay import SpanRecord
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
@@ -116,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
                     ],
                     "fix": fix,
                 },
-                ensure_ascii=False,
-                indent=2,
+                indent=2,  # ASCII: every non-ASCII and control character escaped (docs/reliability.md)
             )
             + "\n"
         )
@@ -408,6 +408,9 @@ def _text(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_
         f"Add to the budget file (stages {', '.join(sorted(counts))}; a stage's match replaces its built-in rules,",
         "so they are written out in full):",
         "",
-        yaml.safe_dump(dict(fix), sort_keys=False, allow_unicode=True, width=1000).rstrip(),
     ]
-    return "\n".join(lines) + "\n"
+    # Names from the traces are shown as terminal text; the YAML escapes every non-ASCII
+    # character itself (a double-quoted scalar), so it stays valid and reads back exactly.
+    text = [terminal_text(line) for line in lines]
+    text.append(yaml.safe_dump(dict(fix), sort_keys=False, allow_unicode=False, width=1000).rstrip())
+    return "\n".join(text) + "\n"
