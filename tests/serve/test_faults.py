@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.otlp import attributes_of
+from latency_budget._serve.stats import EventLog
 from tests.e2e.services import poll
 
 from .harness import NextHop, record, running, send_grpc
@@ -182,3 +184,14 @@ def test_batch_refused_for_good_is_dropped_and_counted_and_the_queue_moves_on(ho
         counters = serve.wait_for(lambda c: c["spans_forwarded"] == 4, "the second trace forwarded")
     assert counters["spans_dropped"] == 4
     assert {s.trace_id for _, _, s in hop.spans()} == {(2).to_bytes(16, "big")}
+
+
+def test_the_event_log_is_one_ascii_line_per_event_whatever_a_field_holds() -> None:
+    """A field holding control and bidi characters (a client's message, say) is escaped: one ASCII JSON line."""
+    stream = io.StringIO()
+    log = EventLog(stream, clock=lambda: 0.0)
+    hostile = "bad\x1b]0;pwned\x07\u202e\nlatency-budget serve: OK"
+    log.event("bad_request", message=hostile)
+    (line,) = stream.getvalue().splitlines()
+    assert line.isascii()
+    assert json.loads(line) == {"event": "bad_request", "message": hostile}

@@ -92,7 +92,7 @@ class EventLog:
             line: dict[str, object] = {"event": name, **fields}
             if suppressed:
                 line["suppressed"] = suppressed
-            text = json.dumps(line, ensure_ascii=False, default=str, separators=(",", ":"))
+            text = json.dumps(line, default=str, separators=(",", ":"))  # ASCII: safe on any terminal
             try:
                 self._stream.write(text + "\n")
                 self._stream.flush()
