@@ -158,7 +158,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "langsmith.span.kind",
         {"model_call": ("llm",), "retrieval": ("retriever", "embedding"), "tool_calls": ("tool",)},
         not_stages=("chain", "prompt", "parser"),
-        evidence="source",
+        evidence="tested",  # tests/frameworks/langsmith (langsmith 0.15.1, LangGraph 1.2.24)
     ),
     Dialect(
         # mlflow.entities.SpanType, written JSON-encoded as every MLflow span attribute is.
