@@ -15,7 +15,8 @@ ends, so the calls are in it when it is judged (set-up notes in the README).
 
 One request, a LangGraph graph: a retriever node, an agent node (``prompt | model``) that asks
 for ``get_weather``, LangGraph's ``ToolNode``, and the agent again, streamed. That is one
-retrieval, two model calls and one tool call.
+retrieval, two model calls and one tool call. LangChain records a streamed call's tokens as
+events of its run; the export writes no events, so there is no first token to read.
 """
 
 from __future__ import annotations
@@ -250,17 +251,26 @@ def test_start_up_indexing_is_left_alone(run: Run) -> None:
     assert not any(key.startswith("latency_budget.") for key in root.attributes or {})
 
 
-def test_a_client_given_a_tracer_provider_writes_to_it(offline: list[str]) -> None:
-    """`Client(otel_tracer_provider=...)` writes to that provider, not the global one; a parser run is no stage."""
+def test_a_client_given_a_tracer_provider_writes_to_it(run: Run) -> None:
+    """`Client(otel_tracer_provider=...)` writes there, not to the global one; a parser is no stage; no token events."""
+    global_spans = len(run.pipe.finished())
     pipe = budget_pipeline(max_model_calls=1)
     client = Client(tracing_mode="otel", otel_tracer_provider=pipe.provider)
     model = GenericFakeChatModel(messages=iter([AIMessage(content=ANSWER)]))
-    chain = ChatPromptTemplate.from_messages([("human", "{question}")]) | model | StrOutputParser()
+    runs: list[Any] = []  # what LangChain's tracers record of the model's run
+    listened = model.with_listeners(on_end=runs.append)
+    chain = ChatPromptTemplate.from_messages([("human", "{question}")]) | listened | StrOutputParser()
     with tracing_v2_enabled(client=client), pipe.tracer.start_as_current_span("request"):
         assert "".join(chain.stream({"question": "Weather?"})) == ANSWER
         client.flush()
     result = Outcome(pipe)
     assert result.stage_names() == {"model_call": Counter({"GenericFakeChatModel": 1})}
+    # The run records each token as an event; the OpenTelemetry export writes none of them.
+    [model_run] = runs
+    assert [e["name"] for e in model_run.events].count("new_token") == len(ANSWER.split(" ")) * 2 - 1
+    [model_span] = result.in_stage("model_call")
+    assert model_span.events == ()
+    assert result.first_token_ms() == (None, None)
     assert result.counts() == {"model_call": 1}
     kinds = {s.name: (s.attributes or {}).get("langsmith.span.kind") for s in result.request_spans}
     assert kinds == {
@@ -272,4 +282,5 @@ def test_a_client_given_a_tracer_provider_writes_to_it(offline: list[str]) -> No
     }
     assert result.violation_kinds() == []
     result.assert_exported_once()
-    assert offline == []
+    assert len(run.pipe.finished()) == global_spans
+    assert run.network == []
