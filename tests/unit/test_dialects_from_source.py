@@ -306,3 +306,20 @@ def test_mirascope_chat_spans_are_calls_and_its_trace_and_resume_spans_are_not()
     assert [r.root_name for r in p.reports] == ["recommend_book"]
     assert _counts(p, "recommend_book") == {"model_call": 2}
     assert attr.STAGE not in (p.span("Response.resume gpt-4o-mini").attributes or {})
+
+
+def test_litellm_writes_the_call_onto_the_active_span_which_then_counts_once() -> None:
+    """Inside an active span (no USE_OTEL_LITELLM_REQUEST_SPAN), LiteLLM sets the call's attributes on it at the end.
+
+    That span, with only the raw request span in it, is then the one model call.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    answer = _span(p, "app", "answer", 1, -1, root, {})
+    raw = {"llm.openai.model": "gpt-4o-mini"}
+    _span(p, "litellm", "raw_gen_ai_request", 2, 290, answer, raw)
+    answer.set_attributes({"llm.request.type": "acompletion", "gen_ai.operation.name": "acompletion"})
+    answer.end(end_time=at(300))
+    root.end(end_time=at(310))
+    assert _counts(p, "POST /ask") == {"model_call": 1}
+    assert (p.span("answer").attributes or {})[attr.STAGE] == "model_call"
