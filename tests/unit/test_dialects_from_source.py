@@ -16,6 +16,7 @@ from opentelemetry.trace import SpanKind
 from latency_budget import _attributes as attr
 from latency_budget._config.genai_defaults import DIALECTS
 from latency_budget._core.calls import OPERATION_KEYS, operation_of
+from latency_budget._core.first_token import answered_with_tool_calls_only
 
 from .helpers import Pipeline, at, pipeline
 
@@ -190,3 +191,135 @@ def test_operation_keys_keep_the_dialect_order_without_repeats() -> None:
     assert tuple(dict.fromkeys(d.key for d in DIALECTS)) == OPERATION_KEYS
     both = {"openinference.span.kind": "LLM", "gen_ai.operation.name": "chat"}
     assert operation_of("x", both) == "chat"
+
+
+def _litellm_call(
+    p: Pipeline,
+    parent: trace.Span,
+    start: float,
+    end: float,
+    call_type: str,
+    *,
+    message_logging: bool = True,
+    finish_reasons: str | None = None,
+) -> None:
+    """One call as litellm.integrations.opentelemetry writes it: `litellm_request`, then `raw_gen_ai_request` in it.
+
+    The call type goes to llm.request.type always and, with message logging on, to
+    gen_ai.operation.name (`completion` written `chat`); finish reasons are a JSON array
+    in a string. The raw span carries only the provider's payload, as `llm.<provider>.*`.
+    """
+    scope = "litellm"
+    call: dict[str, object] = {
+        "llm.request.type": call_type,
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": "gpt-4o-mini",
+        "llm.is_streaming": "False",
+    }
+    if message_logging:
+        call["gen_ai.operation.name"] = "chat" if call_type == "completion" else call_type
+    if finish_reasons is not None:
+        call["gen_ai.response.finish_reasons"] = finish_reasons
+    request = _span(p, scope, "litellm_request", start, -1, parent, call)
+    raw = {"llm.openai.model": "gpt-4o-mini", "llm.openai.messages": "[{'role': 'user'}]"}
+    _span(p, scope, "raw_gen_ai_request", start, end, request, raw)
+    request.end(end_time=at(end))
+
+
+def test_litellm_request_spans_are_calls_and_the_raw_request_span_under_each_is_not() -> None:
+    """LiteLLM's callback: an async embedding and two async chats, each with its raw request span: 1 + 2 calls."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    _litellm_call(p, root, 1, 40, "aembedding")
+    _litellm_call(p, root, 40, 300, "acompletion", finish_reasons='["tool_calls"]')
+    _litellm_call(p, root, 320, 700, "acompletion", finish_reasons='["stop"]')
+    root.end(end_time=at(710))
+    assert _counts(p, "POST /ask") == {"retrieval": 1, "model_call": 2}
+    raw = [span for span in p.finished() if span.name == "raw_gen_ai_request"]
+    assert len(raw) == 3
+    assert all(attr.STAGE not in (span.attributes or {}) for span in raw)
+    # LiteLLM writes no time to first token on spans (a metric only): none is reported.
+    assert attr.TOTAL_FIRST_TOKEN_MS not in (p.span("POST /ask").attributes or {})
+
+
+@pytest.mark.parametrize(
+    ("call_type", "message_logging", "stage"),
+    [
+        ("completion", True, "model_call"),  # written gen_ai.operation.name=chat
+        ("completion", False, "model_call"),
+        ("acompletion", False, "model_call"),  # llm.request.type alone
+        ("atext_completion", True, "model_call"),
+        ("aresponses", True, "model_call"),
+        ("anthropic_messages", False, "model_call"),
+        ("embedding", True, "retrieval"),
+        ("aembedding", False, "retrieval"),
+        ("arerank", True, "retrieval"),
+    ],
+)
+def test_litellm_call_types_are_staged_with_message_logging_on_or_off(
+    call_type: str, message_logging: bool, stage: str
+) -> None:
+    """Each call type lands in its stage from either key (message logging off writes only llm.request.type)."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    _litellm_call(p, root, 1, 90, call_type, message_logging=message_logging)
+    root.end(end_time=at(100))
+    assert _counts(p, "POST /ask") == {stage: 1}
+    assert (p.span("litellm_request").attributes or {})[attr.STAGE] == stage
+
+
+@pytest.mark.parametrize(
+    ("reasons", "only"), [('["tool_calls"]', True), ('["stop"]', False), ('["tool_calls", "stop"]', False)]
+)
+def test_litellm_finish_reasons_json_array_says_tool_calls_only(reasons: str, only: bool) -> None:
+    """LiteLLM writes gen_ai.response.finish_reasons as a JSON array in a string; it is read as the reasons."""
+    attributes = {"llm.request.type": "acompletion", "gen_ai.response.finish_reasons": reasons}
+    assert answered_with_tool_calls_only(attributes) is only
+
+
+def test_litellm_proxy_request_is_judged_for_its_calls() -> None:
+    """LiteLLM's proxy: the SERVER `Received Proxy Server Request` root, its calls under it, is a judged request."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "litellm", "Received Proxy Server Request", 0, -1, None, {}, kind=SpanKind.SERVER)
+    _span(p, "litellm", "redis", 1, 2, root, {"call_type": "async_get_cache", "service": "redis"})
+    _litellm_call(p, root, 2, 250, "acompletion")
+    root.end(end_time=at(260))
+    assert [r.root_name for r in p.reports] == ["Received Proxy Server Request"]
+    assert _counts(p, "Received Proxy Server Request") == {"model_call": 1}
+
+
+def test_mirascope_chat_spans_are_calls_and_its_trace_and_resume_spans_are_not() -> None:
+    """Mirascope's ops: `@ops.trace` > `chat {model}`, then `Response.resume` > `chat {model}`: two model calls.
+
+    The `@ops.trace` root (INTERNAL, ``mirascope.type=trace``) contains a model call, so it is judged.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini"}
+    done = {"gen_ai.response.finish_reasons": ("stop",)}
+    root = _span(p, "mirascope.ops", "recommend_book", 0, -1, None, {"mirascope.type": "trace"})
+    _span(p, "mirascope.llm", "chat gpt-4o-mini", 1, 200, root, {**chat, **done}, kind=SpanKind.CLIENT)
+    resume_attributes = {"mirascope.type": "response_resume", "mirascope.response.model_id": "gpt-4o-mini"}
+    resume = _span(p, "mirascope.ops", "Response.resume gpt-4o-mini", 200, -1, root, resume_attributes)
+    _span(p, "mirascope.llm", "chat gpt-4o-mini", 201, 400, resume, {**chat, **done}, kind=SpanKind.CLIENT)
+    resume.end(end_time=at(401))
+    root.end(end_time=at(402))
+    assert [r.root_name for r in p.reports] == ["recommend_book"]
+    assert _counts(p, "recommend_book") == {"model_call": 2}
+    assert attr.STAGE not in (p.span("Response.resume gpt-4o-mini").attributes or {})
+
+
+def test_litellm_writes_the_call_onto_the_active_span_which_then_counts_once() -> None:
+    """Inside an active span (no USE_OTEL_LITELLM_REQUEST_SPAN), LiteLLM sets the call's attributes on it at the end.
+
+    That span, with only the raw request span in it, is then the one model call.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    answer = _span(p, "app", "answer", 1, -1, root, {})
+    raw = {"llm.openai.model": "gpt-4o-mini"}
+    _span(p, "litellm", "raw_gen_ai_request", 2, 290, answer, raw)
+    answer.set_attributes({"llm.request.type": "acompletion", "gen_ai.operation.name": "acompletion"})
+    answer.end(end_time=at(300))
+    root.end(end_time=at(310))
+    assert _counts(p, "POST /ask") == {"model_call": 1}
+    assert (p.span("answer").attributes or {})[attr.STAGE] == "model_call"

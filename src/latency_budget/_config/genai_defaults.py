@@ -129,6 +129,35 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=("unknown",),
     ),
     Dialect(
+        # litellm.integrations.opentelemetry (callbacks=["otel"]): each call's `litellm_request`
+        # span carries litellm's call type (CallTypes) under llm.request.type and, with message
+        # logging on, under gen_ai.operation.name too (`completion` written `chat`). The values
+        # other rows lack: the async calls and the Responses and Anthropic messages routes.
+        "LiteLLM, its own OpenTelemetry callback",
+        "gen_ai.operation.name",
+        {
+            "model_call": ("acompletion", "atext_completion", "responses", "aresponses", "anthropic_messages"),
+            "retrieval": ("embedding", "aembedding", "arerank"),
+        },
+        evidence="source",
+    ),
+    Dialect(
+        "LiteLLM, its own OpenTelemetry callback",
+        "llm.request.type",
+        {
+            "model_call": (
+                "acompletion",
+                "text_completion",
+                "atext_completion",
+                "responses",
+                "aresponses",
+                "anthropic_messages",
+            ),
+            "retrieval": ("aembedding", "arerank"),
+        },
+        evidence="source",
+    ),
+    Dialect(
         # semantic_kernel.utils.telemetry.model_diagnostics: its own operation names (dotted,
         # plural); its tool spans use the conventions' execute_tool.
         "Semantic Kernel",
