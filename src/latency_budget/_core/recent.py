@@ -11,9 +11,12 @@ doubles, then every :data:`REFRESH` calls (so the statistics describe the last
 
 Whether the data supports a fit (of latency on tokens, or the rank test of the per-token
 rate) is tested rarely: once the series' window is full, then every :data:`RETEST` calls,
-each time at half the level of the time before, :data:`MAX_DECISIONS` times at most. Between tests a fit that passed is
-refreshed, and one that failed stays off, so that on traffic where time does not grow
-with tokens the processor gives no more such estimates than ``report`` does.
+each time at half the level of the time before (1.25%, 0.625%, ...: 2.5% over a series'
+life), :data:`MAX_DECISIONS` times at most. Between tests a fit that passed must pass again
+at each refresh, on that refresh's window and at the same level, or it is off until the
+next test; one that failed stays off. On traffic where time does not grow with tokens the
+processor thus gives no more such estimates than ``report`` does, and a fit that passed
+by chance gives them for one refresh at most.
 
 Roots end on many threads. Appending to a ``deque`` and reading or writing one dict key
 are atomic in CPython, and a snapshot of a deque is taken in one C-level call, so no lock
@@ -103,9 +106,15 @@ class _Series:
                 stats = summarise(snapshot, max_fit_points=WINDOW, z=_decision_z(self.decisions))
                 self.passed = passed_fits(stats)
                 self.stats = stats
+            elif snapshot and self.passed:
+                # Between tests, a fit that passed must hold again on each refresh's window (after
+                # the doubling, disjoint from the one before), at the level of the test it passed:
+                # a fit that passed by chance stops at the next refresh instead of lingering until
+                # the next test. One that fails stays off until then, as the others do.
+                stats = summarise(snapshot, max_fit_points=WINDOW, z=_decision_z(self.decisions), fits=self.passed)
+                self.passed = passed_fits(stats)
+                self.stats = stats
             elif snapshot:
-                # Between tests, the fits that passed are refreshed (a positive slope is all
-                # they must keep); the others stay off.
                 self.stats = summarise(snapshot, max_fit_points=FIT_POINTS, z=0.0, fits=self.passed)
             # After every call up to EXACT_UP_TO calls, then each time they double, then every REFRESH.
             self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + REFRESH)
