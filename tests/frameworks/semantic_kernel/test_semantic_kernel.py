@@ -10,7 +10,8 @@ What it writes, checked here for real: each chat call is ``chat {model}`` with t
 conventions' ``gen_ai.operation.name=chat``, streamed or not (older releases wrote
 ``chat.completions`` and ``chat.streaming_completions``); each kernel function run is
 ``execute_tool {plugin}-{function}``; the auto function calling loop is
-``AutoFunctionInvocationLoop``, in no stage. It records no first token.
+``AutoFunctionInvocationLoop``, in no stage; an agent's run is the conventions'
+``invoke_agent {name}``, an invocation. It records no first token.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import pytest
 from openai import AsyncOpenAI
 from opentelemetry import trace
 from semantic_kernel import Kernel
+from semantic_kernel.agents import ChatCompletionAgent
 from semantic_kernel.connectors.ai.function_choice_behavior import FunctionChoiceBehavior
 from semantic_kernel.connectors.ai.open_ai import OpenAIChatCompletion, OpenAIChatPromptExecutionSettings
 from semantic_kernel.contents import ChatHistory
@@ -146,6 +148,40 @@ def test_auto_function_calling_is_two_model_calls_and_one_tool_call(
     loop = _attributes(outcome, LOOP_SPAN)
     assert "latency_budget.stage" not in loop
     assert outcome.first_token_ms() == (None, None)  # Semantic Kernel records no first token
+    assert outcome.violation_kinds() == []
+    assert outcome.hints() == []
+    outcome.assert_all_calls_in_the_request()
+    outcome.assert_exported_once()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["get_response", "invoke_stream"])
+def test_a_chat_completion_agent_run_is_a_request_of_its_own(
+    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool
+) -> None:
+    """With no span around it, the agent's `invoke_agent` root is judged: two model calls, one tool call."""
+    plugin = WeatherPlugin()
+    service = OpenAIChatCompletion(
+        ai_model_id=MODEL, async_client=AsyncOpenAI(base_url=fake_openai.base_url, api_key="sk-test", max_retries=0)
+    )
+    agent = ChatCompletionAgent(name="weather_agent", service=service, plugins=[plugin])
+    assert pipe.finished() == []  # creating the agent makes no span
+
+    async def run() -> str:
+        if stream:
+            return "".join([str(item.message) async for item in agent.invoke_stream(messages=QUESTION)])
+        return str((await agent.get_response(messages=QUESTION)).message)
+
+    assert asyncio.run(run()) == ANSWER
+    assert plugin.cities == ["Paris"]
+    assert [bool(body.get("stream")) for body in fake_openai.requests] == [stream, stream]
+    outcome = Outcome(pipe, root_name="invoke_agent weather_agent")
+    assert outcome.root.parent is None
+    assert outcome.root_attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert outcome.stage_names() == {
+        "model_call": Counter({MODEL_SPAN: 2}),
+        "tool_calls": Counter({"execute_tool WeatherPlugin-get_weather": 1}),
+    }
+    assert outcome.counts() == {"model_call": 2, "tool_calls": 1}
     assert outcome.violation_kinds() == []
     assert outcome.hints() == []
     outcome.assert_all_calls_in_the_request()
