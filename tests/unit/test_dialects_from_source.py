@@ -94,7 +94,7 @@ def test_google_adk_merged_tool_span_is_not_a_call() -> None:
 
 
 def test_semantic_kernel_operation_names_are_model_calls() -> None:
-    """Semantic Kernel's dotted, plural operation names (streamed or not) are model calls; its tools execute_tool."""
+    """Older Semantic Kernel releases' dotted, plural operation names (streamed or not) are model calls."""
     p = pipeline(NO_MATCH_RULES)
     scope = "semantic_kernel.utils.telemetry.model_diagnostics.decorators"
     root = _span(p, "app", "POST /chat", 0, -1, None, {}, kind=SpanKind.SERVER)

@@ -158,9 +158,11 @@ DIALECTS: tuple[Dialect, ...] = (
         evidence="source",
     ),
     Dialect(
-        # semantic_kernel.utils.telemetry.model_diagnostics: its own operation names (dotted,
-        # plural); its tool spans use the conventions' execute_tool.
-        "Semantic Kernel",
+        # semantic_kernel.utils.telemetry.model_diagnostics of older releases: operation names of
+        # its own (dotted, plural), read from source. semantic-kernel 1.45.0, run for real in
+        # tests/frameworks/semantic_kernel, writes the conventions' `chat` (streamed too) and
+        # `execute_tool`, and `text_completions` (the row below).
+        "Semantic Kernel, older releases",
         "gen_ai.operation.name",
         {
             "model_call": (
