@@ -170,8 +170,9 @@ def test_autogen_create_agent_is_start_up_and_invoke_agent_is_a_request() -> Non
     """AutoGen's `create_agent` root (start-up) is not judged; its `invoke_agent` root with a tool call is."""
     p = pipeline(NO_MATCH_RULES)
     scope = "autogen-core"
-    _span(p, scope, "create_agent assistant", 0, 1, None, {"gen_ai.operation.name": "create_agent"})
-    run = _span(p, scope, "invoke_agent assistant", 10, -1, None, {"gen_ai.operation.name": "invoke_agent"})
+    client = SpanKind.CLIENT  # the kind autogen-core 0.7.5 gives both (tests/frameworks/autogen runs it)
+    _span(p, scope, "create_agent assistant", 0, 1, None, {"gen_ai.operation.name": "create_agent"}, client)
+    run = _span(p, scope, "invoke_agent assistant", 10, -1, None, {"gen_ai.operation.name": "invoke_agent"}, client)
     _span(p, scope, "execute_tool add", 11, 20, run, {"gen_ai.operation.name": "execute_tool"})
     run.end(end_time=at(30))
     assert [r.root_name for r in p.reports] == ["invoke_agent assistant"]

@@ -127,19 +127,21 @@ def _final_text(messages: object) -> str:
     return last.content
 
 
-def run_agent(pipe: Pipeline, server: FakeOpenAIServer, stream: bool) -> Outcome:
-    """The agent built at start-up, outside any request; then run once under a ``request`` span."""
+def run_agent(pipe: Pipeline, server: FakeOpenAIServer, stream: bool, *, request_span: bool = True) -> Outcome:
+    """The agent built at start-up, outside any request; then run once, under a ``request`` span or none."""
 
     async def go() -> str:
         agent, client = _agent(server, stream)
         try:
+            if not request_span:
+                return _final_text((await agent.run(task=QUESTION)).messages)
             with pipe.tracer.start_as_current_span("request"):
                 return _final_text((await agent.run(task=QUESTION)).messages)
         finally:
             await client.close()
 
     assert asyncio.run(go()) == ANSWER
-    return Outcome(pipe)
+    return Outcome(pipe, root_name="request" if request_span else "invoke_agent assistant")
 
 
 def run_team(pipe: Pipeline, server: FakeOpenAIServer, *, start_in_request: bool) -> Outcome:
@@ -226,6 +228,23 @@ def test_counts_are_the_real_calls_and_start_up_is_left_alone(
     assert outcome.hints() == []
     assert [s.name for s in _roots(outcome) if _judged(s)] == ["request"]
     _assert_start_up_left_alone(outcome)
+    outcome.assert_exported_once()
+
+
+@pytest.mark.parametrize("setup", ["openai-v2"], indirect=True)
+def test_an_agent_run_with_no_span_around_it_is_judged_as_an_invocation(
+    setup: Setup, pipe: Pipeline, fake_openai: FakeOpenAIServer
+) -> None:
+    """With no span of the app around it, `invoke_agent` (a client-kind root) is the request: an invocation."""
+    outcome = run_agent(pipe, fake_openai, stream=False, request_span=False)
+    assert outcome.root.parent is None
+    assert outcome.root.kind is trace.SpanKind.CLIENT
+    assert _attributes(outcome.root)["gen_ai.operation.name"] == "invoke_agent"
+    assert outcome.counts() == {"model_call": 2, "tool_calls": 1}
+    assert outcome.violation_kinds() == []
+    assert [s.name for s in _roots(outcome) if _judged(s)] == ["invoke_agent assistant"]
+    _assert_start_up_left_alone(outcome)
+    outcome.assert_all_calls_in_the_request()
     outcome.assert_exported_once()
 
 
