@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import io
 import json
@@ -18,7 +19,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.otlp import attributes_of
+from latency_budget._serve.reports import open_report_sinks
 from latency_budget._serve.stats import EventLog
+from latency_budget.export._otlp import otlp_target
 from tests.e2e.services import poll
 
 from .harness import NextHop, record, running, send_grpc
@@ -195,3 +198,20 @@ def test_the_event_log_is_one_ascii_line_per_event_whatever_a_field_holds() -> N
     (line,) = stream.getvalue().splitlines()
     assert line.isascii()
     assert json.loads(line) == {"event": "bad_request", "message": hostile}
+
+
+def test_the_report_sinks_leave_their_shutdown_to_the_drain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """serve shuts its log and metric providers down itself, within the drain deadline.
+
+    An exit hook of the SDK's would shut them down a second time after a missed deadline
+    (printing a line that is not JSON on serve's stderr) and wait up to 30 s more for metrics.
+    """
+    registered: list[object] = []
+    monkeypatch.setattr(atexit, "register", lambda function, *args, **kwargs: registered.append(function))
+    _, flush = open_report_sinks(otlp_target("http://127.0.0.1:9", "grpc", strict=True), metric_interval_s=3600)
+    try:
+        assert registered == []
+    finally:
+        flush(0.5)

@@ -37,10 +37,13 @@ def open_report_sinks(
     resource = Resource.create({})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
-    logger_provider = LoggerProvider(resource=resource)
+    # shutdown_on_exit=False: flush() below shuts both down within the drain deadline; the SDK's
+    # own exit hook would shut them down a second time (logging "shutdown can only be called
+    # once", not JSON, on serve's stderr) and, for metrics, wait up to 30 s past the deadline.
+    logger_provider = LoggerProvider(resource=resource, shutdown_on_exit=False)
     logger_provider.add_log_record_processor(BatchLogRecordProcessor(target.log_exporter()))
     reader = PeriodicExportingMetricReader(target.metric_exporter(), export_interval_millis=metric_interval_s * 1000)
-    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     sinks: list[Callable[[TraceReport], object]] = [
         ViolationLogEmitter(logger_provider),
         HintLogEmitter(logger_provider),
