@@ -8,12 +8,17 @@ subprocess tests reach the server run by the test process over loopback.
 A request for model ``PAIRED_MODEL`` is answered only once another such request has
 arrived: two of them are certainly in flight together, so their spans overlap, without
 any sleep.
+
+``first_chunk_delay_s`` (0 unless a test sets it) holds a streamed answer's first chunk back
+that long, as a real model's first token takes time: a framework that records time to first
+byte in whole milliseconds and drops 0 (Strands Agents) then always writes it.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -131,6 +136,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
+        if self.server.first_chunk_delay_s > 0:
+            time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
         for item in chunks(body):
             self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
             self.wfile.flush()
@@ -157,6 +164,7 @@ class FakeOpenAIServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        self.first_chunk_delay_s = 0.0
         self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
         self._lock = threading.Lock()
 

@@ -365,11 +365,16 @@ class ToolCallsOnly:
     Either ``finish_key`` holds the call's finish reasons (a string or a sequence of
     them): tool calls only when every one is in :data:`TOOL_CALL_FINISH_REASONS`. Or
     ``messages_key`` holds the output messages, every part of them a tool call. Or
-    ``tool_call_key`` is present while ``text_key`` is absent or empty.
+    ``tool_call_key`` is present while ``text_key`` is absent or empty. With ``event``,
+    ``finish_key`` is read from the first event of that name that has it, not from the
+    span's attributes. A row with ``scope`` is read only on that instrumentation scope's
+    spans (so its events are read only there).
     """
 
     source: str
     finish_key: str | None = None
+    event: str | None = None
+    scope: str | None = None
     tool_call_key: str | None = None
     text_key: str | None = None
     # The conventions' output messages (a JSON array of {role, parts: [{type, ...}]}): tool
@@ -397,6 +402,14 @@ TOOL_CALLS_ONLY: tuple[ToolCallsOnly, ...] = (
         "OpenInference: the first output message has tool calls and no text",
         tool_call_key="llm.output_messages.0.message.tool_calls.0.tool_call.function.name",
         text_key="llm.output_messages.0.message.content",
+    ),
+    ToolCallsOnly(
+        # strands.telemetry.tracer.end_model_invoke_span: the stop reason (`tool_use`) in the
+        # `gen_ai.choice` event of its `chat` span (tests/frameworks/strands).
+        "Strands Agents: the finish reason of its chat span's `gen_ai.choice` event",
+        finish_key="finish_reason",
+        event="gen_ai.choice",
+        scope="strands.telemetry.tracer",
     ),
 )
 

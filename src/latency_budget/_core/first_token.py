@@ -117,16 +117,33 @@ def parse_instant_ns(value: object) -> int | None:
     return seconds * 1_000_000_000 + nanos
 
 
-def answered_with_tool_calls_only(attributes: Mapping[str, object]) -> bool:
-    """Whether a model call's final attributes say it answered with tool calls only, no text.
+def answered_with_tool_calls_only(
+    attributes: Mapping[str, object],
+    read_events: Callable[[Any], Sequence[Event]] | None = None,
+    span: object = None,
+    scope: str = "",
+) -> bool:
+    """Whether a model call's final attributes (or events) say it answered with tool calls only, no text.
 
     Such a call's first chunk is no token the user sees: it is not the request's first
     token. Read from the first row of ``TOOL_CALLS_ONLY`` the span carries; a span that
-    says nothing is taken to have answered (as before).
+    says nothing is taken to have answered (as before). A row bound to another scope than
+    ``scope`` is passed over; ``read_events(span)`` is called only for a row that reads an
+    event (none when it is ``None``).
     """
+    events: Sequence[Event] | None = None
     for row in TOOL_CALLS_ONLY:
+        if row.scope is not None and row.scope != scope:
+            continue
         if row.finish_key is not None:
-            value = attributes.get(row.finish_key)
+            if row.event is None:
+                value = attributes.get(row.finish_key)
+            elif read_events is None:
+                continue
+            else:
+                if events is None:
+                    events = read_events(span)
+                value = _event_attribute(events, row.event, row.finish_key)
             if value is None:
                 continue
             reasons = _reasons(value)
@@ -141,6 +158,16 @@ def answered_with_tool_calls_only(attributes: Mapping[str, object]) -> bool:
         if row.tool_call_key is not None and attributes.get(row.tool_call_key) is not None:
             return not (row.text_key is not None and attributes.get(row.text_key))
     return False
+
+
+def _event_attribute(events: Sequence[Event], name: str, key: str) -> object:
+    """``key`` of the first event called ``name`` that has it, or None."""
+    for event in events:
+        if event.name == name:
+            value = (event.attributes or {}).get(key)
+            if value is not None:
+                return value
+    return None
 
 
 def _reasons(value: object) -> object:

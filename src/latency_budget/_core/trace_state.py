@@ -179,7 +179,7 @@ class TraceState:
             return -1
         sources = config.stages[stage].first_token
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
-        seen = ttft is not None and not answered_with_tool_calls_only(attributes)
+        seen = ttft is not None and not answered_with_tool_calls_only(attributes, self.read_events, source, scope)
         if len(spans) < self.max_spans or span_id == self.root_id:
             # Name and call before the append: a span in a snapshot has both, for the hints.
             self.names[span_id] = name
