@@ -238,6 +238,17 @@ DIALECTS: tuple[Dialect, ...] = (
         invocations=("Agent",),
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
     ),
+    Dialect(
+        # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): every span's lmnr.span.type.
+        # Its own instrumentations' call spans (`openai.chat`, `anthropic.messages`...) carry
+        # `LLM` and no gen_ai.operation.name; browser-use's `agent.run`, `agent.step` are
+        # `DEFAULT`; the rest are its evaluations' spans. Its embedding spans are `LLM` too.
+        "Laminar (lmnr), browser-use's tracer",
+        "lmnr.span.type",
+        {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
+        not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
+        evidence="source",
+    ),
 )
 
 
@@ -336,6 +347,11 @@ FIRST_TOKEN_SPELLINGS: tuple[FirstTokenSpelling, ...] = (
     FirstTokenSpelling(
         "OpenLIT: the semantic conventions' server metric name as a span attribute, in seconds (its unit)",
         FirstTokenSource(attribute="gen_ai.server.time_to_first_token", unit="s"),
+    ),
+    FirstTokenSpelling(
+        # Claude Code's traces (beta), from the Claude Agent SDK's CLI: its monitoring docs.
+        "Claude Code (the Claude Agent SDK's CLI): `claude_code.llm_request` spans, in milliseconds",
+        FirstTokenSource(attribute="ttft_ms", unit="ms"),
     ),
     FirstTokenSpelling(
         "Langfuse: the instant of the first token, a JSON-quoted ISO-8601 string",
