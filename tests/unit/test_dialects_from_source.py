@@ -369,6 +369,21 @@ def test_browser_use_beta_agent_llm_and_tool_spans_under_laminar() -> None:
     assert attr.TOTAL_FIRST_TOKEN_MS not in (p.span("agent.run").attributes or {})
 
 
+def test_laminar_responses_api_spans_carry_no_type_and_are_in_no_stage() -> None:
+    """Laminar's `openai.response` spans (the Responses API, browser-use's Azure model) carry no lmnr.span.type.
+
+    With only gen_ai.system and the model, they are in no stage; the processor counts them
+    as AI-looking spans in no stage, which `doctor` reports.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    run = _span(p, "lmnr.sdk", "agent.run", 0, -1, None, {"lmnr.span.type": "DEFAULT"}, kind=SpanKind.SERVER)
+    response = {"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4.1-mini"}
+    _span(p, "lmnr.openai", "openai.response", 1, 300, run, response, kind=SpanKind.CLIENT)
+    run.end(end_time=at(310))
+    assert _counts(p, "agent.run") == {}
+    assert p.processor.stats().unstaged_ai_spans == 1
+
+
 CLAUDE_CODE_RULES = """
 version: 1
 total_ms: 60000

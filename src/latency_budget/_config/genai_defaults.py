@@ -239,10 +239,11 @@ DIALECTS: tuple[Dialect, ...] = (
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
     ),
     Dialect(
-        # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): every span's lmnr.span.type.
-        # Its own instrumentations' call spans (`openai.chat`, `anthropic.messages`...) carry
-        # `LLM` and no gen_ai.operation.name; browser-use's `agent.run`, `agent.step` are
-        # `DEFAULT`; the rest are its evaluations' spans. Its embedding spans are `LLM` too.
+        # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): the lmnr.span.type of the spans
+        # it starts. Its own instrumentations' call spans (`openai.chat`, `anthropic.chat`...)
+        # carry `LLM` and no gen_ai.operation.name (its embedding spans are `LLM` too; its
+        # `openai.response` spans carry no type); browser-use's `agent.run`, `agent.step` are
+        # `DEFAULT`; the rest are its evaluations' spans.
         "Laminar (lmnr), browser-use's tracer",
         "lmnr.span.type",
         {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
