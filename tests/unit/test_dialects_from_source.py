@@ -339,3 +339,163 @@ def test_litellm_writes_the_call_onto_the_active_span_which_then_counts_once() -
     root.end(end_time=at(310))
     assert _counts(p, "POST /ask") == {"model_call": 1}
     assert (p.span("answer").attributes or {})[attr.STAGE] == "model_call"
+
+
+def _laminar_call(p: Pipeline, parent: trace.Span, name: str, start: float, end: float) -> None:
+    """One call as Laminar's own OpenAI instrumentation writes it: `lmnr.span.type=LLM`, no operation name."""
+    call = {"lmnr.span.type": "LLM", "gen_ai.system": "openai", "gen_ai.request.model": "gpt-4.1-mini"}
+    _span(p, "lmnr.openai", name, start, end, parent, call)
+
+
+def test_browser_use_traced_by_laminar_counts_its_model_calls() -> None:
+    """browser-use under Laminar: `agent.run` > `agent.step` (DEFAULT) > `openai.chat` (LLM): two steps, two calls.
+
+    Its spans carry lmnr.span.type and no key of another dialect. The `agent.run` root
+    (INTERNAL, DEFAULT) contains a model call, so it is judged; the browser actions
+    (`execute_action`, DEFAULT, written only in Laminar's debug mode) are in no stage.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    scope = "lmnr.sdk"
+    run = _span(p, scope, "agent.run", 0, -1, None, {"lmnr.span.type": "DEFAULT"})
+    for n in range(2):
+        step = _span(p, scope, "agent.step", n * 500, -1, run, {"lmnr.span.type": "DEFAULT"})
+        _laminar_call(p, step, "openai.chat", n * 500 + 1, n * 500 + 300)
+        _span(p, scope, "execute_action", n * 500 + 300, n * 500 + 450, step, {"lmnr.span.type": "DEFAULT"})
+        step.end(end_time=at(n * 500 + 460))
+    run.end(end_time=at(1000))
+    assert [r.root_name for r in p.reports] == ["agent.run"]
+    assert _counts(p, "agent.run") == {"model_call": 2}
+    actions = [span for span in p.finished() if span.name == "execute_action"]
+    assert len(actions) == 2
+    assert all(attr.STAGE not in (span.attributes or {}) for span in actions)
+
+
+def test_browser_use_beta_agent_llm_and_tool_spans_under_laminar() -> None:
+    """browser-use's beta agent: `rust_core.llm` around Laminar's `openai.chat` is one call; TOOL, a tool call."""
+    p = pipeline(NO_MATCH_RULES)
+    scope = "lmnr.sdk"
+    run = _span(p, scope, "agent.run", 0, -1, None, {"lmnr.span.type": "DEFAULT"})
+    llm = _span(p, scope, "rust_core.llm", 1, -1, run, {"lmnr.span.type": "LLM"})
+    _laminar_call(p, llm, "openai.chat", 2, 290)
+    llm.end(end_time=at(300))
+    _span(p, scope, "rust_core.tool.click", 300, 420, run, {"lmnr.span.type": "TOOL"})
+    run.end(end_time=at(430))
+    assert _counts(p, "agent.run") == {"model_call": 1, "tool_calls": 1}
+    # Laminar records no time to first token.
+    assert attr.TOTAL_FIRST_TOKEN_MS not in (p.span("agent.run").attributes or {})
+
+
+def test_laminar_responses_api_spans_carry_no_type_and_are_in_no_stage() -> None:
+    """Laminar's `openai.response` spans (the Responses API, browser-use's Azure model) carry no lmnr.span.type.
+
+    With only gen_ai.system and the model, they are in no stage; the processor counts them
+    as AI-looking spans in no stage, which `doctor` reports.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    run = _span(p, "lmnr.sdk", "agent.run", 0, -1, None, {"lmnr.span.type": "DEFAULT"}, kind=SpanKind.SERVER)
+    response = {"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4.1-mini"}
+    _span(p, "lmnr.openai", "openai.response", 1, 300, run, response, kind=SpanKind.CLIENT)
+    run.end(end_time=at(310))
+    assert _counts(p, "agent.run") == {}
+    assert p.processor.stats().unstaged_ai_spans == 1
+
+
+CLAUDE_CODE_RULES = """
+version: 1
+total_ms: 60000
+stages:
+  model_call: {match: {name: claude_code.llm_request}}
+  tool_calls: {match: {name: claude_code.tool}}
+"""
+
+
+def test_claude_code_spans_staged_by_name_with_its_millisecond_first_token() -> None:
+    """The Claude Agent SDK's CLI (Claude Code, beta traces): no dialect key on its spans, so rules by name stage them.
+
+    `claude_code.interaction` > `claude_code.llm_request` (ttft_ms, milliseconds) >
+    `claude_code.tool` > `claude_code.tool.execution`: the rules of the README row give two
+    model calls and one tool call; `ttft_ms` is read by default. The CLI parents its
+    spans under the caller's span (TRACEPARENT), here the app's server span.
+    """
+    p = pipeline(CLAUDE_CODE_RULES)
+    scope = "com.anthropic.claude_code"
+    root = _span(p, "app", "POST /agent", 0, -1, None, {}, kind=SpanKind.SERVER)
+    turn = _span(p, scope, "claude_code.interaction", 5, -1, root, {"interaction.sequence": 1})
+    request = {"model": "claude-sonnet", "gen_ai.system": "anthropic", "gen_ai.request.model": "claude-sonnet"}
+    _span(p, scope, "claude_code.llm_request", 10, 400, turn, {**request, "ttft_ms": 180, "duration_ms": 390})
+    tool = _span(p, scope, "claude_code.tool", 400, -1, turn, {"tool_name": "Bash"})
+    _span(p, scope, "claude_code.tool.blocked_on_user", 401, 450, tool, {})
+    _span(p, scope, "claude_code.tool.execution", 450, 600, tool, {})
+    tool.end(end_time=at(601))
+    _span(p, scope, "claude_code.llm_request", 601, 900, turn, {**request, "ttft_ms": 95.5, "duration_ms": 299})
+    turn.end(end_time=at(901))
+    root.end(end_time=at(910))
+    assert _counts(p, "POST /agent") == {"model_call": 2, "tool_calls": 1}
+    attributes = dict(p.span("POST /agent").attributes or {})
+    assert attributes[attr.stage_key("model_call", "worst_first_token_ms")] == 180.0
+    assert attributes[attr.TOTAL_FIRST_TOKEN_MS] == 190.0
+
+
+def test_claude_code_spans_are_in_no_stage_by_default() -> None:
+    """With no rules, Claude Code's spans (a model name, no dialect key) are in no stage: rules by name are needed."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /agent", 0, -1, None, {}, kind=SpanKind.SERVER)
+    request = {"gen_ai.system": "anthropic", "gen_ai.request.model": "claude-sonnet", "ttft_ms": 180}
+    _span(p, "com.anthropic.claude_code", "claude_code.llm_request", 10, 400, root, request)
+    root.end(end_time=at(410))
+    assert _counts(p, "POST /agent") == {}
+    assert p.processor.stats().unstaged_ai_spans == 1
+
+
+def test_deepeval_stamps_leave_the_frameworks_own_keys_in_charge() -> None:
+    """DeepEval's OTel integrations stamp confident.span.type on the framework's spans, some by span name alone.
+
+    A Strands `chat` span stamped `llm` is one model call by its own key; a span that
+    DeepEval calls `llm` only because its name says `chat` (no dialect key) is no call.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    scope = "strands.telemetry.tracer"
+    agent = {"gen_ai.operation.name": "invoke_agent", "confident.span.type": "agent"}
+    root = _span(p, scope, "invoke_agent helper", 0, -1, None, agent)
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m", "confident.span.type": "llm"}
+    _span(p, scope, "chat", 1, 300, root, chat)
+    _span(p, "app", "format chat history", 300, 301, root, {"confident.span.type": "llm"})
+    root.end(end_time=at(310))
+    assert _counts(p, "invoke_agent helper") == {"model_call": 1}
+    assert attr.STAGE not in (p.span("format chat history").attributes or {})
+
+
+def _braintrust_span(trace_id: int) -> trace.NonRecordingSpan:
+    """A Braintrust span as braintrust.otel.context puts it in the OTel context: its ids, local, never recorded."""
+    sampled = trace.TraceFlags(trace.TraceFlags.SAMPLED)
+    return trace.NonRecordingSpan(trace.SpanContext(trace_id, 0x5678, is_remote=False, trace_flags=sampled))
+
+
+def test_braintrust_otel_compat_calls_under_its_span_alone_are_not_accounted() -> None:
+    """BRAINTRUST_OTEL_COMPAT with no OTel span around: the calls' parent is local and in no pipeline, so no root.
+
+    Braintrust's own span goes to its API; the OTel calls under it pass through untouched
+    (no request is judged, nothing is lost).
+    """
+    p = pipeline(NO_MATCH_RULES)
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"}
+    parent = _braintrust_span(0x1234)
+    for n in range(2):
+        _span(p, "opentelemetry.instrumentation.openai", f"openai.chat {n}", n * 300, n * 300 + 250, parent, chat)
+    assert p.reports == []
+    calls = [span for span in p.finished() if span.name.startswith("openai.chat")]
+    assert len(calls) == 2
+    assert all(p.passed_untouched(span) for span in calls)
+
+
+def test_braintrust_otel_compat_calls_count_in_the_otel_request_around_it() -> None:
+    """With an OTel server span around the Braintrust span (same trace id), its calls count in that request."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    parent = _braintrust_span(root.get_span_context().trace_id)
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"}
+    for n in range(2):
+        _span(p, "opentelemetry.instrumentation.openai", f"openai.chat {n}", n * 300, n * 300 + 250, parent, chat)
+    root.end(end_time=at(700))
+    assert [r.root_name for r in p.reports] == ["POST /ask"]
+    assert _counts(p, "POST /ask") == {"model_call": 2}

@@ -237,5 +237,8 @@ def test_odd_values_under_the_dialect_keys_are_no_stage_and_no_error(key: str) -
     if key.startswith("gen_ai.") and ("first_chunk" in key or "first_token" in key):
         # 7, True->skipped (bool), 0.5: numbers in seconds are first tokens; the rest are ignored.
         assert request[attr.stage_key("model_call", "worst_first_token_ms")] == 7_000.0
+    elif key == "ttft_ms":
+        # Claude Code's spelling, in milliseconds: 7 and 0.5 are first tokens, the worst 7 ms.
+        assert request[attr.stage_key("model_call", "worst_first_token_ms")] == 7.0
     else:
         assert attr.stage_key("model_call", "worst_first_token_ms") not in request

@@ -240,6 +240,18 @@ DIALECTS: tuple[Dialect, ...] = (
         invocations=("Agent",),
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
     ),
+    Dialect(
+        # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): the lmnr.span.type of the spans
+        # it starts. Its own instrumentations' call spans (`openai.chat`, `anthropic.chat`...)
+        # carry `LLM` and no gen_ai.operation.name (its embedding spans are `LLM` too; its
+        # `openai.response` spans carry no type); browser-use's `agent.run`, `agent.step` are
+        # `DEFAULT`; the rest are its evaluations' spans.
+        "Laminar (lmnr), browser-use's tracer",
+        "lmnr.span.type",
+        {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
+        not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
+        evidence="source",
+    ),
 )
 
 
@@ -338,6 +350,11 @@ FIRST_TOKEN_SPELLINGS: tuple[FirstTokenSpelling, ...] = (
     FirstTokenSpelling(
         "OpenLIT: the semantic conventions' server metric name as a span attribute, in seconds (its unit)",
         FirstTokenSource(attribute="gen_ai.server.time_to_first_token", unit="s"),
+    ),
+    FirstTokenSpelling(
+        # Claude Code's traces (beta), from the Claude Agent SDK's CLI: its monitoring docs.
+        "Claude Code (the Claude Agent SDK's CLI): `claude_code.llm_request` spans, in milliseconds",
+        FirstTokenSource(attribute="ttft_ms", unit="ms"),
     ),
     FirstTokenSpelling(
         "Langfuse: the instant of the first token, a JSON-quoted ISO-8601 string",
