@@ -393,3 +393,20 @@ def test_litellm_writes_the_call_onto_the_active_span_which_then_counts_once() -
     root.end(end_time=at(310))
     assert _counts(p, "POST /ask") == {"model_call": 1}
     assert (p.span("answer").attributes or {})[attr.STAGE] == "model_call"
+
+
+def test_semantic_kernel_tool_runs_without_an_id_are_counted_by_the_readme_match_rule() -> None:
+    """Ollama's tool calls carry no id, so neither do their runs: in no stage, unless the README's rule is added."""
+    rule = '{match: {name: "execute_tool *-*", scope: semantic_kernel.functions.kernel_function}}'
+    for text, tools in ((NO_MATCH_RULES, 0), (f"{NO_MATCH_RULES}stages:\n  tool_calls: {rule}\n", 2)):
+        p = pipeline(text)
+        root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+        prompt = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "UbjhsExQkclqmnYh"}
+        wrapper = _span(p, SK_FUNCTION_SCOPE, "execute_tool UbjhsExQkclqmnYh", 1, -1, root, prompt)
+        tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather-get_weather"}
+        for n in range(2):
+            _span(p, SK_FUNCTION_SCOPE, "execute_tool weather-get_weather", 10 + n * 10, 15 + n * 10, wrapper, tool)
+        wrapper.end(end_time=at(50))
+        root.end(end_time=at(60))
+        assert _counts(p, "POST /ask").get("tool_calls", 0) == tools
+        assert attr.STAGE not in (p.span("execute_tool UbjhsExQkclqmnYh").attributes or {})
