@@ -232,3 +232,23 @@ def _strings(value: object) -> list[str]:
     if isinstance(value, list):
         return [s for item in value for s in _strings(item)]
     return []
+
+
+def test_a_semantic_kernel_prompt_function_left_out_on_purpose_is_no_finding() -> None:
+    """Semantic Kernel's `execute_tool` with no tool call id is vetoed on its scope: doctor proposes nothing for it.
+
+    The same span on another scope is a tool call already; without the veto doctor would call the wrapper a missed tool.
+    """
+    scope = "semantic_kernel.functions.kernel_function"
+    root = SpanRecord(1, 1, None, "POST /ask", T0, T0 + 100 * MS, kind=SpanKind.SERVER)
+    bare = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "UbjhsExQkclqmnYh"}
+    wrapper = SpanRecord(1, 2, 1, "execute_tool UbjhsExQkclqmnYh", T0, T0 + 90 * MS, scope=scope, attributes=bare)
+    chat = SpanRecord(1, 3, 2, "chat gpt", T0, T0 + 40 * MS, scope=scope, attributes={"gen_ai.operation.name": "chat"})
+    tool = {**bare, "gen_ai.tool.name": "weather-get_weather", "gen_ai.tool.call.id": "call_1"}
+    real = SpanRecord(
+        1, 4, 2, "execute_tool weather-get_weather", T0 + 40 * MS, T0 + 50 * MS, scope=scope, attributes=tool
+    )
+    config = load_budgets(text=BUDGETS)
+    assert diagnose(config, [root, wrapper, chat, real]) == []
+    (report,) = evaluate_spans(config, [root, wrapper, chat, real])
+    assert report.stage("tool_calls").count == 1

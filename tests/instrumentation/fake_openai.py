@@ -9,6 +9,9 @@ A request for model ``PAIRED_MODEL`` is answered only once another such request 
 arrived: two of them are certainly in flight together, so their spans overlap, without
 any sleep.
 
+``tool_calls`` (1 unless a test sets it) is how many ``get_weather`` calls that answer asks
+for at once, one city each (:data:`TOOL_CITIES`), ids ``call_weather_1``, ``call_weather_2``...
+
 ``first_chunk_delay_s`` (0 unless a test sets it) holds a streamed answer's first chunk back
 that long, as a real model's first token takes time: a framework that records time to first
 byte in whole milliseconds and drops 0 (Strands Agents) then always writes it.
@@ -31,6 +34,7 @@ ANSWER_WORDS = ("It ", "is ", "sunny ", "in ", "Paris.")
 TOOL_NAME = "get_weather"
 TOOL_CALL_ID = "call_weather_1"
 TOOL_ARGUMENTS = '{"city": "Paris"}'
+TOOL_CITIES = ("Paris", "London", "Rome")
 CREATED = 1_700_000_000
 
 
@@ -43,18 +47,22 @@ def _usage() -> dict[str, int]:
     return {"prompt_tokens": 12, "completion_tokens": len(ANSWER_WORDS), "total_tokens": 12 + len(ANSWER_WORDS)}
 
 
-def completion(body: dict[str, Any]) -> dict[str, Any]:
+def _tool_call(index: int) -> tuple[str, str]:
+    """The id and the arguments of the answer's tool call ``index`` (0: ``TOOL_CALL_ID``, Paris)."""
+    if index == 0:
+        return TOOL_CALL_ID, TOOL_ARGUMENTS
+    return f"call_weather_{index + 1}", json.dumps({"city": TOOL_CITIES[index]})
+
+
+def completion(body: dict[str, Any], tool_calls: int = 1) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` answer to a request body."""
     if _wants_tool_call(body):
         message: dict[str, Any] = {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {
-                    "id": TOOL_CALL_ID,
-                    "type": "function",
-                    "function": {"name": TOOL_NAME, "arguments": TOOL_ARGUMENTS},
-                }
+                {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
+                for call_id, arguments in map(_tool_call, range(tool_calls))
             ],
         }
         finish = "tool_calls"
@@ -71,7 +79,7 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def chunks(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed answer, in order."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -84,21 +92,19 @@ def chunks(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
         }
 
     if _wants_tool_call(body):
-        yield chunk(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "index": 0,
-                        "id": TOOL_CALL_ID,
-                        "type": "function",
-                        "function": {"name": TOOL_NAME, "arguments": ""},
-                    }
-                ],
+        for index in range(tool_calls):
+            call_id, arguments = _tool_call(index)
+            opening = {
+                "index": index,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": TOOL_NAME, "arguments": ""},
             }
-        )
-        yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": TOOL_ARGUMENTS}}]})
+            delta: dict[str, Any] = {"tool_calls": [opening]}
+            if index == 0:
+                delta = {"role": "assistant", "content": None, **delta}
+            yield chunk(delta)
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments}}]})
         yield chunk({}, "tool_calls")
     else:
         yield chunk({"role": "assistant", "content": ""})
@@ -130,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(504, {"error": {"message": "no second paired request", "type": "timeout"}})
                 return
         if not body.get("stream"):
-            self._send_json(200, completion(body))
+            self._send_json(200, completion(body, self.server.tool_calls))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -138,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
         if self.server.first_chunk_delay_s > 0:
             time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
-        for item in chunks(body):
+        for item in chunks(body, self.server.tool_calls):
             self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
@@ -165,6 +171,7 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
         self.first_chunk_delay_s = 0.0
+        self.tool_calls = 1
         self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
         self._lock = threading.Lock()
 

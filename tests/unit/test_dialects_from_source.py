@@ -120,6 +120,60 @@ def test_semantic_kernel_operation_names_are_model_calls() -> None:
     assert _counts(p, "POST /chat") == {"model_call": 3, "tool_calls": 1}
 
 
+SK_FUNCTION_SCOPE = "semantic_kernel.functions.kernel_function"
+SK_CHAT_SCOPE = "semantic_kernel.utils.telemetry.model_diagnostics.decorators"
+
+
+@pytest.mark.parametrize("tools", [1, 2])
+def test_semantic_kernel_invoke_prompt_counts_the_tools_the_model_asked_for(tools: int) -> None:
+    """`kernel.invoke_prompt`, as tests/frameworks/semantic_kernel runs it: the prompt function's span is no call.
+
+    ``execute_tool {16 random letters}`` (no tool call id) > AutoFunctionInvocationLoop >
+    chat, ``tools`` x ``execute_tool weather-get_weather`` (each with the model's tool call
+    id), chat. The tools are counted one each, and the wrapper's time is no stage's.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    function = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "UbjhsExQkclqmnYh"}
+    wrapper = _span(p, SK_FUNCTION_SCOPE, "execute_tool UbjhsExQkclqmnYh", 1, -1, root, function)
+    loop = _span(
+        p, "semantic_kernel.connectors.ai.chat_completion_client_base", "AutoFunctionInvocationLoop", 2, -1, wrapper, {}
+    )
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt"}
+    _span(p, SK_CHAT_SCOPE, "chat gpt", 3, 100, loop, chat)
+    for n in range(tools):
+        tool = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "weather-get_weather",
+            "gen_ai.tool.call.id": f"call_{n}",
+        }
+        _span(p, SK_FUNCTION_SCOPE, "execute_tool weather-get_weather", 100 + n * 10, 110 + n * 10, loop, tool)
+    _span(p, SK_CHAT_SCOPE, "chat gpt", 130, 200, loop, chat)
+    loop.end(end_time=at(201))
+    wrapper.end(end_time=at(202))
+    root.end(end_time=at(210))
+    assert _counts(p, "POST /ask") == {"model_call": 2, "tool_calls": tools}
+    assert attr.STAGE not in (p.span("execute_tool UbjhsExQkclqmnYh").attributes or {})
+    assert p.passed_untouched(p.span("execute_tool UbjhsExQkclqmnYh"))
+    request = dict(p.span("POST /ask").attributes or {})
+    assert request[attr.stage_key("tool_calls", "actual_ms")] == 10.0 * tools
+    assert request[attr.stage_key("model_call", "actual_ms")] == 167.0
+
+
+def test_semantic_kernel_function_the_app_invokes_is_no_tool_call_and_other_scopes_keep_theirs() -> None:
+    """A kernel function the app runs itself (no tool call id) is in no stage; another scope's bare execute_tool is."""
+    p = pipeline(NO_MATCH_RULES)
+    root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+    own = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather-get_weather"}
+    _span(p, SK_FUNCTION_SCOPE, "execute_tool weather-get_weather", 1, 10, root, own)
+    _span(p, "gcp.vertex.agent", "execute_tool t", 10, 20, root, own)
+    _span(p, SK_CHAT_SCOPE, "chat gpt", 20, 100, root, {"gen_ai.operation.name": "chat"})
+    root.end(end_time=at(110))
+    assert _counts(p, "POST /ask") == {"model_call": 1, "tool_calls": 1}
+    assert attr.STAGE not in (p.span("execute_tool weather-get_weather").attributes or {})
+    assert (p.span("execute_tool t").attributes or {})[attr.STAGE] == "tool_calls"
+
+
 def test_langsmith_runs_are_staged_by_run_type_and_prompt_runs_are_not_calls() -> None:
     """LangSmith's export: llm, retriever, tool are calls; a prompt run (also marked `chat`) and chains are not."""
     p = pipeline(NO_MATCH_RULES)
@@ -499,3 +553,20 @@ def test_braintrust_otel_compat_calls_count_in_the_otel_request_around_it() -> N
     root.end(end_time=at(700))
     assert [r.root_name for r in p.reports] == ["POST /ask"]
     assert _counts(p, "POST /ask") == {"model_call": 2}
+
+
+def test_semantic_kernel_tool_runs_without_an_id_are_counted_by_the_readme_match_rule() -> None:
+    """Ollama's tool calls carry no id, so neither do their runs: in no stage, unless the README's rule is added."""
+    rule = '{match: {name: "execute_tool *-*", scope: semantic_kernel.functions.kernel_function}}'
+    for text, tools in ((NO_MATCH_RULES, 0), (f"{NO_MATCH_RULES}stages:\n  tool_calls: {rule}\n", 2)):
+        p = pipeline(text)
+        root = _span(p, "app", "POST /ask", 0, -1, None, {}, kind=SpanKind.SERVER)
+        prompt = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "UbjhsExQkclqmnYh"}
+        wrapper = _span(p, SK_FUNCTION_SCOPE, "execute_tool UbjhsExQkclqmnYh", 1, -1, root, prompt)
+        tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather-get_weather"}
+        for n in range(2):
+            _span(p, SK_FUNCTION_SCOPE, "execute_tool weather-get_weather", 10 + n * 10, 15 + n * 10, wrapper, tool)
+        wrapper.end(end_time=at(50))
+        root.end(end_time=at(60))
+        assert _counts(p, "POST /ask").get("tool_calls", 0) == tools
+        assert attr.STAGE not in (p.span("execute_tool UbjhsExQkclqmnYh").attributes or {})

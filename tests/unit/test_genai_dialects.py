@@ -19,6 +19,7 @@ from latency_budget._config.genai_defaults import (
     DEFAULT_FIRST_TOKEN,
     DIALECTS,
     NOT_CALLS,
+    NotACall,
     builtin_rules,
 )
 from latency_budget._config.matching import MatchRule, exact_values
@@ -56,7 +57,8 @@ def test_agents_workflows_and_chains_stay_out_of_the_stages(key: str, value: str
     assert not any(k.startswith("latency_budget.stages.") for k in p.span("request").attributes or {})
 
 
-NOT_A_CALL = [(entry.key, value) for entry in NOT_CALLS for value in entry.values]
+NOT_A_CALL = [(entry.key, value) for entry in NOT_CALLS if entry.scope is None for value in entry.values]
+SCOPED_NOT_A_CALL = [entry for entry in NOT_CALLS if entry.scope is not None]
 
 
 @pytest.mark.parametrize(("key", "value"), NOT_A_CALL, ids=[f"{k}={v}" for k, v in NOT_A_CALL])
@@ -74,6 +76,24 @@ def test_a_record_that_is_no_call_is_in_no_stage_whatever_else_it_carries(
     assert attr.STAGE not in (p.span("record").attributes or {})
     assert p.passed_untouched(p.span("record"))
     assert (p.span("request").attributes or {})[attr.stage_key(stage, "count")] == 1
+
+
+@pytest.mark.parametrize("entry", SCOPED_NOT_A_CALL, ids=[f"{e.scope}:{e.key}" for e in SCOPED_NOT_A_CALL])
+def test_a_scoped_no_call_row_holds_on_its_scope_only(entry: NotACall) -> None:
+    """On its scope a span with the row's value (None: without the key) is in no stage; on another it is a call."""
+    config = load_budgets(text=NO_MATCH_RULES)
+    classify = config.classifier.classify
+    assert entry.scope is not None
+    row_key, row_value, stage = next(row for row in ROWS if row[2] == "tool_calls")
+    call = {row_key: row_value}
+    vetoed = dict(call) if None in entry.values else {**call, entry.key: next(v for v in entry.values if v)}
+    kept = {**call, entry.key: "call_1"} if None in entry.values else dict(call)
+    stages = [s.name for s in config.default.stages]
+    for _ in range(2):  # the second time from the classifier's cache
+        assert classify("x", SpanKind.INTERNAL, entry.scope, vetoed) == -1
+        assert classify("x", SpanKind.INTERNAL, entry.scope, kept) == stages.index(stage)
+        assert classify("x", SpanKind.INTERNAL, entry.scope + ".other", vetoed) == stages.index(stage)
+        assert classify("x", SpanKind.INTERNAL, "other", vetoed) == stages.index(stage)
 
 
 def test_a_vetoed_builtin_rule_leaves_the_span_to_a_later_stage() -> None:

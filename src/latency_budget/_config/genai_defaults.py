@@ -8,7 +8,8 @@ to one single-attribute :class:`MatchRule`, so the classifier answers with one d
 probe per key. Values listed as ``not_stages`` are known and deliberately left out
 (agents, workflows, chains): their spans contain the calls, they are not calls.
 :data:`NOT_CALLS` lists values that make a span no call whatever else it carries (a
-Logfire log record that repeats its call's operation name). Recognising the next
+Logfire log record that repeats its call's operation name, a Semantic Kernel function run
+that no model asked for). Recognising the next
 instrumentation is a new row, not new code.
 """
 
@@ -21,7 +22,7 @@ from typing import Literal
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget._config.matching import MatchRule, exact_values
+from latency_budget._config.matching import MatchRule, compile_glob, exact_values
 from latency_budget._config.model import FirstTokenSource
 
 __all__ = [
@@ -257,12 +258,18 @@ DIALECTS: tuple[Dialect, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class NotACall:
-    """Values of one key that make a span no call, whatever its other attributes say."""
+    """Values of one key that make a span no call, whatever its other attributes say.
+
+    A value ``None`` means the key's absence. A row with ``scope`` holds only on that
+    instrumentation scope's spans (settled once per scope: spans of other scopes never
+    read it).
+    """
 
     source: str
     key: str
-    values: tuple[str, ...]
+    values: tuple[str | None, ...]
     why: str  # for the dialect table (docs)
+    scope: str | None = None
 
 
 NOT_CALLS: tuple[NotACall, ...] = (
@@ -286,6 +293,18 @@ NOT_CALLS: tuple[NotACall, ...] = (
         ("prompt",),
         "a prompt-template run, which its exporter writes with gen_ai.operation.name=chat",
     ),
+    NotACall(
+        # semantic_kernel.utils.telemetry.model_diagnostics.function_tracer: every kernel function
+        # run is `execute_tool {function}`, the model's tool call id on it only when a model's
+        # tool call ran it (kernel.invoke_function_call). Seen in tests/frameworks/semantic_kernel.
+        "Semantic Kernel",
+        "gen_ai.tool.call.id",
+        (None,),
+        "a kernel function run that no model asked for: the prompt function `kernel.invoke_prompt` runs "
+        "(its `execute_tool {generated name}` span holds the model calls and the tools), a function the "
+        "application invokes itself, or a prompt template calls",
+        scope="semantic_kernel.functions.kernel_function",
+    ),
 )
 
 
@@ -302,10 +321,16 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
             if other != stage:
                 raise ValueError(f"{dialect.key}={value!r} is both {other} and {stage}")
             by_stage[stage].setdefault(dialect.key, []).append(value)
-    unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls)
+    unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls if entry.scope is None)
+    scoped = tuple(
+        (compile_glob(entry.scope), ((entry.key, exact_values(entry.values)),))
+        for entry in not_calls
+        if entry.scope is not None
+    )
     return {
         stage: tuple(
-            MatchRule(attributes=((key, exact_values(values)),), unless=unless) for key, values in keys.items()
+            MatchRule(attributes=((key, exact_values(values)),), unless=unless, scoped_unless=scoped)
+            for key, values in keys.items()
         )
         for stage, keys in by_stage.items()
     }
@@ -469,7 +494,8 @@ def _containers(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) 
     for dialect in dialects:
         merged.setdefault(dialect.key, set()).update(dialect.not_stages)
     for entry in not_calls:
-        merged.setdefault(entry.key, set()).update(entry.values)
+        if entry.scope is None:  # a scoped row needs the span's scope, which looks_like_a_call is not given
+            merged.setdefault(entry.key, set()).update(value for value in entry.values if value is not None)
     return MappingProxyType({key: frozenset(values) for key, values in merged.items()})
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from opentelemetry.trace import SpanKind
 
 __all__ = [
+    "ABSENT",
     "MAX_CACHED_NAME",
     "AttributeDecision",
     "GlobError",
@@ -80,13 +81,18 @@ class MatchRule:
     # Conditions that veto the rule: a span with one of these values is not matched,
     # whatever else holds (the built-in rules' "not a call", see genai_defaults.NOT_CALLS).
     unless: Conditions = ()
+    # Vetoes for the spans of one instrumentation scope only: (scope pattern, conditions), an
+    # allowed value ``None`` standing for the key's absence (OpenTelemetry attributes are never
+    # None). They are settled once per scope, by :meth:`for_scope`, when the classifier first
+    # meets a (scope, name, kind): spans of other scopes never look at them.
+    scoped_unless: tuple[tuple[re.Pattern[str], Conditions], ...] = ()
     # Conditions on the resource of the process that made the span (``service.name``).
     # They are settled once per resource, by :meth:`resolved`; a rule that still has them
     # has not been resolved and matches nothing.
     resource: Conditions = ()
 
     def __post_init__(self) -> None:
-        if self.unless and not self.needs_attributes:
+        if (self.unless or self.scoped_unless) and not self.needs_attributes:
             raise ValueError("a rule's vetoes (unless) need an attribute condition beside them")
 
     @property
@@ -101,6 +107,18 @@ class MatchRule:
         if not _holds(self.resource, resource):
             return None
         return replace(self, resource=())
+
+    def for_scope(self, scope: str) -> MatchRule:
+        """The rule for spans of ``scope``: its scoped vetoes that apply there joined to ``unless``.
+
+        The rule itself when none applies (the usual case), so rules stay shared.
+        """
+        if not self.scoped_unless:
+            return self
+        extra = tuple(
+            condition for pattern, conditions in self.scoped_unless if pattern.match(scope) for condition in conditions
+        )
+        return replace(self, unless=self.unless + extra, scoped_unless=()) if extra else self
 
     def matches_static(self, name: str, kind: SpanKind, scope: str) -> bool:
         """The part of the rule that depends only on name, kind and scope."""
@@ -123,7 +141,10 @@ class MatchRule:
 
     def matches(self, name: str, kind: SpanKind, scope: str, attributes: Mapping[str, object]) -> bool:
         """Whether a span with these properties satisfies the rule."""
-        return self.matches_static(name, kind, scope) and self.matches_attributes(attributes)
+        if not self.matches_static(name, kind, scope):
+            return False
+        rule = self.for_scope(scope) if self.scoped_unless else self
+        return rule.matches_attributes(attributes)
 
 
 def _holds(conditions: Conditions, attributes: Mapping[str, object]) -> bool:
@@ -140,11 +161,17 @@ def _holds(conditions: Conditions, attributes: Mapping[str, object]) -> bool:
     return True
 
 
+ABSENT = (type(None), None)
+"""The allowed value (as :func:`exact_values` gives it) of a veto on a key's absence."""
+
+
 def vetoed(unless: Conditions, attributes: Mapping[str, object]) -> bool:
-    """Whether ``attributes`` hold one of the ``unless`` values of a rule."""
+    """Whether ``attributes`` hold one of the ``unless`` values of a rule (``None``: the key is absent)."""
     for key, values in unless:
         value = attributes.get(key, _MISSING)
         if value is _MISSING:
+            if ABSENT in values:
+                return True
             continue
         try:
             if (type(value), value) in values:
@@ -170,7 +197,11 @@ class AttributeDecision:
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
-        simple = all(len(rule.attributes) == 1 and not rule.exists for _, rule in rules)
+        # A veto on a key's absence cannot be gated on the keys present: those rules are tried in order.
+        simple = all(
+            len(rule.attributes) == 1 and not rule.exists and not any(ABSENT in values for _, values in rule.unless)
+            for _, rule in rules
+        )
         # stage -> the vetoes its rules share (a stage whose rules differ in them: no index).
         shared: dict[int, Conditions] = {}
         for stage, rule in rules:
@@ -248,7 +279,7 @@ class StageClassifier:
     def __init__(self, rules: Sequence[tuple[int, MatchRule]], *, max_cache: int = 4096) -> None:
         self._rules = tuple(rules)
         # One decision object per distinct set of candidate rules (by position in _rules).
-        self._decisions: dict[tuple[int, ...], AttributeDecision] = {}
+        self._decisions: dict[tuple[tuple[int, ...], tuple[int, ...]], AttributeDecision] = {}
         # For a span that was not labelled at start: when every rule needs an attribute,
         # a span with none of the keys they require matches nothing, whatever its name.
         # None when some rule matches on name, kind or scope alone (then classify).
@@ -276,18 +307,23 @@ class StageClassifier:
                         return stage
                     # An unconditional rule after conditional ones: later rules can never win.
                     found.append(position)
-                    return self._shared(tuple(found), ordered=True)
+                    return self._shared(tuple(found), scope, ordered=True)
                 found.append(position)
-        return self._shared(tuple(found), ordered=False) if found else -1
+        return self._shared(tuple(found), scope, ordered=False) if found else -1
 
-    def _shared(self, positions: tuple[int, ...], *, ordered: bool) -> AttributeDecision:
-        # ``ordered`` follows from the positions (the last rule is unconditional), so they are the key.
-        decision = self._decisions.get(positions)
+    def _shared(self, positions: tuple[int, ...], scope: str, *, ordered: bool) -> AttributeDecision:
+        candidates = tuple((stage, rule.for_scope(scope)) for stage, rule in (self._rules[p] for p in positions))
+        # ``ordered`` follows from the positions (the last rule is unconditional); a scoped veto
+        # that applied makes a candidate another rule, so the positions of those are the key too.
+        key = (
+            positions,
+            tuple(p for p, (_, rule) in zip(positions, candidates, strict=True) if rule is not self._rules[p][1]),
+        )
+        decision = self._decisions.get(key)
         if decision is None:
-            candidates = tuple(self._rules[p] for p in positions)
             decision = _Ordered(candidates) if ordered else AttributeDecision(candidates)
             if len(self._decisions) < self._max_cache:
-                self._decisions[positions] = decision
+                self._decisions[key] = decision
         return decision
 
     def prepare(self, name: str, kind: SpanKind, scope: str) -> int | AttributeDecision:

@@ -132,11 +132,11 @@ def diagnose(config: BudgetConfig, spans: Sequence[SpanRecord]) -> list[Finding]
     bookkeeping: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, key, value) -> spans
     first_tokens: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, attribute or event, unit) -> spans
     classifier = config.classifier
-    vetoes = {rule.unless for stage in config.stages for rule in stage.rules if rule.unless}
+    vetoing = {rule for stage in config.stages for rule in stage.rules if rule.unless or rule.scoped_unless}
     for span in spans:
         stage = classifier.classify(span.name, span.kind, span.scope, span.attributes)
         if stage < 0:
-            if any(vetoed(veto, span.attributes) for veto in vetoes):
+            if any(vetoed(rule.for_scope(span.scope).unless, span.attributes) for rule in vetoing):
                 continue  # left out on purpose by a rule's unless: bookkeeping, not a call
             guessed = _unstaged(span)
             if guessed is not None:

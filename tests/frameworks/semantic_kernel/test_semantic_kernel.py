@@ -11,7 +11,9 @@ conventions' ``gen_ai.operation.name=chat``, streamed or not (older releases wro
 ``chat.completions`` and ``chat.streaming_completions``); each kernel function run is
 ``execute_tool {plugin}-{function}``; the auto function calling loop is
 ``AutoFunctionInvocationLoop``, in no stage; an agent's run is the conventions'
-``invoke_agent {name}``, an invocation. It records no first token.
+``invoke_agent {name}``, an invocation. It records no first token. Only a run that a
+model's tool call asked for carries ``gen_ai.tool.call.id``: the others (the prompt
+function ``kernel.invoke_prompt`` runs, a function the app invokes) are no call.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Annotated
 import pytest
 from openai import AsyncOpenAI
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
 from semantic_kernel import Kernel
 from semantic_kernel.agents import ChatCompletionAgent
 from semantic_kernel.connectors.ai.function_choice_behavior import FunctionChoiceBehavior
@@ -36,7 +39,7 @@ from semantic_kernel.connectors.ai.open_ai import OpenAIChatCompletion, OpenAICh
 from semantic_kernel.contents import ChatHistory
 from semantic_kernel.functions import KernelArguments, kernel_function
 
-from ...instrumentation.fake_openai import ANSWER_WORDS, MODEL, TOOL_CALL_ID, FakeOpenAIServer, serve
+from ...instrumentation.fake_openai import ANSWER_WORDS, MODEL, TOOL_CALL_ID, TOOL_CITIES, FakeOpenAIServer, serve
 from ...unit.helpers import Pipeline
 from ..stacks import Outcome, budget_pipeline
 
@@ -188,17 +191,27 @@ def test_a_chat_completion_agent_run_is_a_request_of_its_own(
     outcome.assert_exported_once()
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "streamed"])
-def test_invoke_prompt_wraps_the_calls_in_a_tool_span_of_its_own(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool
-) -> None:
-    """A known limitation: ``kernel.invoke_prompt`` runs the prompt as a kernel function, an ``execute_tool`` span.
+def _union_ms(spans: list[ReadableSpan]) -> float:
+    """The milliseconds that at least one of ``spans`` covers."""
+    total, reach = 0, 0
+    for start, end in sorted((s.start_time or 0, s.end_time or 0) for s in spans):
+        total += max(0, end - max(start, reach))
+        reach = max(reach, end)
+    return total / 1e6
 
-    That span (no tool call id, a generated name) holds the loop, both model calls and the
-    real tool. It is labelled tool_calls, and as the outermost span of that stage it is the
-    request's one counted tool call, its time the model calls' too. The model calls are
-    still counted right and nothing is lost or doubled.
+
+@pytest.mark.parametrize("tools", [1, 2], ids=["one_tool", "two_tools"])
+@pytest.mark.parametrize("stream", [False, True], ids=["invoke", "streamed"])
+def test_invoke_prompt_counts_each_tool_call_and_its_prompt_function_is_no_call(
+    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool, tools: int
+) -> None:
+    """``kernel.invoke_prompt`` runs the prompt as a kernel function: its own ``execute_tool`` span is in no stage.
+
+    That span (a generated name, no tool call id) holds the loop, both model calls and the
+    tools; each tool the model asked for (with its call id) is one tool call, and the stage's
+    time is the tools' own.
     """
+    fake_openai.tool_calls = tools
     kernel, _, plugin = _kernel(fake_openai)
     arguments = KernelArguments(settings=_auto())
 
@@ -212,10 +225,13 @@ def test_invoke_prompt_wraps_the_calls_in_a_tool_span_of_its_own(
             return "".join(parts)
         return str(await kernel.invoke_prompt(QUESTION, arguments=arguments))
 
+    before = pipe.processor.stats()
     with pipe.tracer.start_as_current_span("request"):
         assert asyncio.run(invoke()) == ANSWER
-    assert plugin.cities == ["Paris"]
-    assert len(fake_openai.requests) == 2
+    after = pipe.processor.stats()
+    assert (after.reports, after.unstaged_ai_spans) == (before.reports + 1, before.unstaged_ai_spans)
+    assert plugin.cities == list(TOOL_CITIES[:tools])
+    assert [bool(body.get("stream")) for body in fake_openai.requests] == [stream, stream]
     outcome = Outcome(pipe)
     [loop] = [s for s in outcome.request_spans if s.name == LOOP_SPAN]
     assert loop.parent is not None
@@ -223,16 +239,57 @@ def test_invoke_prompt_wraps_the_calls_in_a_tool_span_of_its_own(
     attributes = dict(wrapper.attributes or {})
     assert wrapper.name.startswith("execute_tool ")
     assert wrapper.name != TOOL_SPAN
+    assert wrapper.instrumentation_scope is not None
+    assert wrapper.instrumentation_scope.name == "semantic_kernel.functions.kernel_function"
     assert attributes["gen_ai.operation.name"] == "execute_tool"
     assert "gen_ai.tool.call.id" not in attributes
-    assert attributes["latency_budget.stage"] == "tool_calls"
+    assert "latency_budget.stage" not in attributes
+    assert pipe.passed_untouched(wrapper)
     assert outcome.stage_names() == {
         "model_call": Counter({MODEL_SPAN: 2}),
-        "tool_calls": Counter({wrapper.name: 1, TOOL_SPAN: 1}),
+        "tool_calls": Counter({TOOL_SPAN: tools}),
+    }
+    assert outcome.counts() == {"model_call": 2, "tool_calls": tools}
+    call_ids = {(s.attributes or {}).get("gen_ai.tool.call.id") for s in outcome.in_stage("tool_calls")}
+    assert call_ids == {TOOL_CALL_ID, *(f"call_weather_{n + 1}" for n in range(1, tools))}
+    root = outcome.root_attributes
+    for stage in ("model_call", "tool_calls"):
+        assert root[f"latency_budget.stages.{stage}.actual_ms"] == pytest.approx(
+            _union_ms(outcome.in_stage(stage)), abs=0.002
+        )
+    assert outcome.violation_kinds() == []
+    assert outcome.hints() == []
+    outcome.assert_all_calls_in_the_request()
+    outcome.assert_exported_once()
+
+
+def test_a_kernel_function_the_app_invokes_itself_is_its_own_step_not_a_tool_call(
+    pipe: Pipeline, fake_openai: FakeOpenAIServer
+) -> None:
+    """``kernel.invoke(plugin_function)`` by the app: no model asked for it (no tool call id), so no stage.
+
+    The chat turn after it still counts its model calls and the tool the model asked for.
+    """
+    kernel, service, plugin = _kernel(fake_openai)
+    before = pipe.processor.stats()
+    with pipe.tracer.start_as_current_span("request"):
+        own = asyncio.run(kernel.invoke(plugin_name="weather", function_name="get_weather", city="Rome"))
+        assert str(own) == "sunny in Rome"
+        assert asyncio.run(_chat(kernel, service, stream=False)) == ANSWER
+    after = pipe.processor.stats()
+    assert (after.reports, after.unstaged_ai_spans) == (before.reports + 1, before.unstaged_ai_spans)
+    assert plugin.cities == ["Rome", "Paris"]
+    outcome = Outcome(pipe)
+    tool_spans = sorted((s for s in outcome.request_spans if s.name == TOOL_SPAN), key=lambda s: s.start_time or 0)
+    assert [(s.attributes or {}).get("gen_ai.tool.call.id") for s in tool_spans] == [None, TOOL_CALL_ID]
+    assert "latency_budget.stage" not in (tool_spans[0].attributes or {})
+    assert pipe.passed_untouched(tool_spans[0])
+    assert outcome.stage_names() == {
+        "model_call": Counter({MODEL_SPAN: 2}),
+        "tool_calls": Counter({TOOL_SPAN: 1}),
     }
     assert outcome.counts() == {"model_call": 2, "tool_calls": 1}
-    root = outcome.root_attributes
-    assert root["latency_budget.stages.tool_calls.actual_ms"] >= root["latency_budget.stages.model_call.actual_ms"]
+    assert outcome.in_stage("tool_calls") == tool_spans[1:]
     assert outcome.violation_kinds() == []
     outcome.assert_exported_once()
 
@@ -242,8 +299,8 @@ def test_kernel_creation_and_a_function_run_at_start_up_are_left_alone(
 ) -> None:
     """Building the kernel makes no span; a kernel function run outside a request (no model call) is not judged.
 
-    The function's ``execute_tool`` span is a local root with no model call in it: the
-    default ``requests`` rule leaves it alone.
+    The function's ``execute_tool`` span (no tool call id: no model asked for it) is a local
+    root in no stage with no model call in it: the default ``requests`` rule leaves it alone.
     """
     kernel, _, plugin = _kernel(fake_openai)
     assert pipe.finished() == []
@@ -255,8 +312,8 @@ def test_kernel_creation_and_a_function_run_at_start_up_are_left_alone(
     [root] = pipe.finished()
     assert (root.name, root.parent) == (TOOL_SPAN, None)
     assert pipe.passed_untouched(root)
-    # No verdict, report or counts: only the stage label it got when it started (the decision is made at its end).
-    judged = {key for key in root.attributes or {} if key.startswith("latency_budget.")}
-    assert judged == {"latency_budget.stage", "latency_budget.stage_budget_ms"}
+    assert "gen_ai.tool.call.id" not in (root.attributes or {})
+    # No stage label, verdict, report or counts.
+    assert not any(key.startswith("latency_budget.") for key in root.attributes or {})
     after = pipe.processor.stats()
     assert (after.reports, after.active_traces) == (before.reports, 0)
