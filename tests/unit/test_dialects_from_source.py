@@ -9,6 +9,7 @@ shows (names, kinds, scope and the attributes that matter), through a real pipel
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from opentelemetry import trace
@@ -19,7 +20,7 @@ from latency_budget._config.genai_defaults import DIALECTS
 from latency_budget._core.calls import OPERATION_KEYS, operation_of
 from latency_budget._core.first_token import answered_with_tool_calls_only
 
-from .helpers import Pipeline, at, pipeline
+from .helpers import T0, Pipeline, at, pipeline
 
 NO_MATCH_RULES = "version: 1\ntotal_ms: 60000\n"
 
@@ -570,3 +571,125 @@ def test_semantic_kernel_tool_runs_without_an_id_are_counted_by_the_readme_match
         root.end(end_time=at(60))
         assert _counts(p, "POST /ask").get("tool_calls", 0) == tools
         assert attr.STAGE not in (p.span("execute_tool UbjhsExQkclqmnYh").attributes or {})
+
+
+LIVEKIT = "livekit-agents"  # livekit.agents.telemetry.traces: trace.get_tracer("livekit-agents")
+LIVEKIT_TOOL_RULES = """
+version: 1
+total_ms: 60000
+stages:
+  model_call: {budget_ms: 5000}
+  tool_calls: {match: {name: function_tool, scope: livekit-agents}}
+"""
+
+
+def _instant(ms: float, quoted: bool) -> str:
+    """What livekit writes as langfuse.observation.completion_start_time: UTC isoformat(), JSON-quoted or not."""
+    text = (datetime.fromtimestamp(T0 // 1_000_000_000, tz=timezone.utc) + timedelta(milliseconds=ms)).isoformat()
+    return f'"{text}"' if quoted else text
+
+
+def _livekit_llm(p: Pipeline, parent: trace.Span, start: float, end: float, first_token_ms: float) -> None:
+    """LLMStream: `llm_node` (model, no operation) > `llm_request` (chat) > `llm_request_run` (one attempt)."""
+    model = {"gen_ai.request.model": "gpt-4o-mini", "gen_ai.provider.name": "openai"}
+    node = _span(p, LIVEKIT, "llm_node", start, -1, parent, {**model, "lk.function_tools": ("lookup",)})
+    chat = {**model, "gen_ai.operation.name": "chat"}
+    request = _span(p, LIVEKIT, "llm_request", start + 1, -1, node, chat)
+    _span(p, LIVEKIT, "llm_request_run", start + 1, end - 1, request, {"lk.retry_count": 0})
+    request.set_attributes(
+        {
+            "lk.llm_metrics": '{"ttft": %s}' % (first_token_ms / 1000),
+            "gen_ai.usage.input_tokens": 50,
+            "gen_ai.usage.output_tokens": 7,
+            "langfuse.observation.completion_start_time": _instant(start + 1 + first_token_ms, quoted=True),
+        }
+    )
+    request.end(end_time=at(end))
+    node.end(end_time=at(end + 1))
+
+
+def _livekit_session(p: Pipeline) -> None:
+    """A voice session, as livekit-agents 1.7.0 traces it: one user turn, one agent turn that calls a tool."""
+    session = _span(p, LIVEKIT, "agent_session", 0, -1, None, {"lk.agent_name": "assistant"})
+    user = _span(p, LIVEKIT, "user_turn", 10, -1, session, {})
+    _span(p, LIVEKIT, "eou_detection", 90, 95, user, {"lk.eou.probability": 0.9})
+    user.end(end_time=at(100))
+    turn = _span(p, LIVEKIT, "agent_turn", 100, -1, session, {"lk.generation_id": "g1"})
+    _livekit_llm(p, turn, 100, 400, first_token_ms=150)  # planning: its first chunk is a tool call
+    tool = {"lk.function_tool.id": "call_1", "lk.function_tool.name": "lookup"}
+    _span(p, LIVEKIT, "function_tool", 401, 450, turn, {**tool, "lk.function_tool.is_error": False})
+    _livekit_llm(p, turn, 451, 700, first_token_ms=80)
+    tts = _span(p, LIVEKIT, "tts_node", 530, -1, turn, {})
+    request = _span(p, LIVEKIT, "tts_request", 531, -1, tts, {"lk.tts.streaming": True})
+    _span(p, LIVEKIT, "tts_request_run", 531, 900, request, {"lk.retry_count": 0})
+    request.end(end_time=at(900))
+    tts.end(end_time=at(901))
+    turn.end(end_time=at(902))
+    session.end(end_time=at(1000))
+
+
+def test_livekit_agents_llm_requests_are_calls_and_its_nodes_and_attempts_are_not() -> None:
+    """livekit-agents: `llm_request` (the conventions' `chat`) is a model call; `llm_node` around it (a model,
+    no operation) and `llm_request_run` (each attempt) are in no stage; its tools carry no dialect key.
+
+    The session root holds every turn, so the session is the request, judged for its calls. The
+    first token is read from `langfuse.observation.completion_start_time` (JSON-quoted ISO-8601,
+    from the request span's start); its tool-call-only answers are not recognised (the
+    `gen_ai.choice` event lists `tool_calls` and no `content`), so the planning call's first
+    chunk (101 + 150 ms) is the request's first token.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    _livekit_session(p)
+    assert _counts(p, "agent_session") == {"model_call": 2}
+    staged = {s.name for s in p.finished() if attr.STAGE in (s.attributes or {})}
+    assert staged == {"llm_request"}
+    session = dict(p.span("agent_session").attributes or {})
+    assert session[attr.stage_key("model_call", "worst_first_token_ms")] == 150.0
+    assert session[attr.TOTAL_FIRST_TOKEN_MS] == 251.0
+    assert p.processor.stats().unstaged_ai_spans == 2  # the two llm_node spans name a model
+
+
+def test_livekit_agents_function_tools_are_counted_by_the_readme_match_rule() -> None:
+    """The README row's rule (`function_tool` on scope livekit-agents) counts the tool call; model calls stay."""
+    p = pipeline(LIVEKIT_TOOL_RULES)
+    _livekit_session(p)
+    assert _counts(p, "agent_session") == {"model_call": 2, "tool_calls": 1}
+    assert attr.STAGE not in (p.span("tts_request").attributes or {})
+
+
+def test_livekit_agents_fallback_adapter_nests_one_call() -> None:
+    """FallbackAdapter: `llm_fallback_adapter` (chat) > `llm_request_run` > its LLM's `llm_request` (chat): one call."""
+    p = pipeline(NO_MATCH_RULES)
+    session = _span(p, LIVEKIT, "agent_session", 0, -1, None, {})
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "FallbackAdapter"}
+    adapter = _span(p, LIVEKIT, "llm_fallback_adapter", 10, -1, session, chat)
+    attempt = _span(p, LIVEKIT, "llm_request_run", 10, -1, adapter, {"lk.retry_count": 0})
+    _livekit_llm(p, attempt, 11, 300, first_token_ms=120)
+    attempt.end(end_time=at(302))
+    adapter.end(end_time=at(303))
+    session.end(end_time=at(400))
+    assert _counts(p, "agent_session") == {"model_call": 1}
+
+
+def test_livekit_agents_realtime_turn_is_the_call_and_a_late_metrics_span_is_part_of_it() -> None:
+    """A realtime model: the `agent_turn` span itself is the `chat` call, its first token an unquoted ISO-8601 instant.
+
+    When the model's metrics arrive after the turn ended, livekit writes them on a
+    `realtime_metrics` child with the same attributes: nested in its turn's call, it is part
+    of that call (two turns, two calls), and its first token, an instant before that span's
+    own start, is not read (the turn's first token is lost).
+    """
+    p = pipeline(NO_MATCH_RULES)
+    session = _span(p, LIVEKIT, "agent_session", 0, -1, None, {})
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-realtime", "gen_ai.provider.name": "openai"}
+    metrics = {**chat, "lk.realtime_model_metrics": "{}", "gen_ai.usage.output_tokens": 9}
+    first = {"langfuse.observation.completion_start_time": _instant(300, quoted=False)}
+    _span(p, LIVEKIT, "agent_turn", 100, 800, session, {**metrics, **first, "lk.generation_id": "g1"})
+    turn = _span(p, LIVEKIT, "agent_turn", 900, 1500, session, {**chat, "lk.generation_id": "g2"})
+    late = {"langfuse.observation.completion_start_time": _instant(1300, quoted=False)}
+    _span(p, LIVEKIT, "realtime_metrics", 1600, 1600, turn, {**metrics, **late})
+    session.end(end_time=at(2000))
+    assert _counts(p, "agent_session") == {"model_call": 2}
+    attributes = dict(p.span("agent_session").attributes or {})
+    assert attributes[attr.stage_key("model_call", "worst_first_token_ms")] == 200.0
+    assert attributes[attr.TOTAL_FIRST_TOKEN_MS] == 300.0
