@@ -382,7 +382,9 @@ FIRST_TOKEN_SPELLINGS: tuple[FirstTokenSpelling, ...] = (
         FirstTokenSource(attribute="ttft_ms", unit="ms"),
     ),
     FirstTokenSpelling(
-        "Langfuse: the instant of the first token, a JSON-quoted ISO-8601 string",
+        # LiveKit Agents (livekit.agents.llm.llm) writes it too, for Langfuse: JSON-quoted on its
+        # `llm_request` spans, unquoted on a realtime model's turn (telemetry.utils).
+        "Langfuse (and LiveKit Agents): the instant of the first token, a JSON-quoted ISO-8601 string",
         FirstTokenSource(attribute="langfuse.observation.completion_start_time", unit="iso8601"),
     ),
     FirstTokenSpelling("an event at the first token", FirstTokenSource(event="gen_ai.first_token")),
