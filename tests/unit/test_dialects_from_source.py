@@ -693,3 +693,32 @@ def test_livekit_agents_realtime_turn_is_the_call_and_a_late_metrics_span_is_par
     attributes = dict(p.span("agent_session").attributes or {})
     assert attributes[attr.stage_key("model_call", "worst_first_token_ms")] == 200.0
     assert attributes[attr.TOTAL_FIRST_TOKEN_MS] == 300.0
+
+
+@pytest.mark.parametrize("entrypoint_waits_for_close", [False, True])
+def test_livekit_agents_job_entrypoint_is_the_root_and_must_outlive_the_session(
+    entrypoint_waits_for_close: bool,
+) -> None:
+    """In a worker job `agent_session` is a child of `job_entrypoint`, the local root.
+
+    An entrypoint that returns after `session.start(...)` (LiveKit's examples) ends the root
+    before the first turn: it holds no call then, so it is start-up work, and the session's
+    spans pass through uncounted, with no report. One that awaits the session's `close`
+    event (emitted after `agent_session` ends) holds the whole session: one request, counted.
+    """
+    p = pipeline(NO_MATCH_RULES)
+    job = _span(p, LIVEKIT, "job_entrypoint", 0, -1, None, {"lk.job_id": "AJ_1", "lk.agent_name": "assistant"})
+    session = _span(p, LIVEKIT, "agent_session", 5, -1, job, {})
+    if not entrypoint_waits_for_close:
+        job.end(end_time=at(50))
+    turn = _span(p, LIVEKIT, "agent_turn", 100, -1, session, {"lk.generation_id": "g1"})
+    _livekit_llm(p, turn, 100, 400, first_token_ms=150)
+    turn.end(end_time=at(500))
+    session.end(end_time=at(1000))
+    if entrypoint_waits_for_close:
+        job.end(end_time=at(1001))
+        assert _counts(p, "job_entrypoint") == {"model_call": 1}
+        assert len(p.reports) == 1
+    else:
+        assert all(attr.STAGE not in (s.attributes or {}) for s in p.finished())
+        assert p.reports == []
