@@ -632,7 +632,8 @@ def test_livekit_agents_llm_requests_are_calls_and_its_nodes_and_attempts_are_no
     """livekit-agents: `llm_request` (the conventions' `chat`) is a model call; `llm_node` around it (a model,
     no operation) and `llm_request_run` (each attempt) are in no stage; its tools carry no dialect key.
 
-    The session root holds every turn, so the session is the request, judged for its calls. The
+    `agent_session` as the root (a session started outside a worker job) holds every turn: the session is
+    the request, judged for its calls. The
     first token is read from `langfuse.observation.completion_start_time` (JSON-quoted ISO-8601,
     from the request span's start); its tool-call-only answers are not recognised (the
     `gen_ai.choice` event lists `tool_calls` and no `content`), so the planning call's first
