@@ -28,6 +28,7 @@ import json
 import math
 from importlib import resources
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import jsonschema
@@ -306,10 +307,14 @@ def test_the_generator_reaches_both_verdicts() -> None:
     settings_ = settings(
         database=None, max_examples=1000, phases=[Phase.generate], suppress_health_check=list(HealthCheck)
     )
+    # find() draws from its own Random, not the derandomized profile: seeded, so the search repeats.
     valid = find(
-        documents(), lambda d: _loader_accepts(_as_yaml(d)[0])[0] and bool(d.get("profiles")), settings=settings_
+        documents(),
+        lambda d: _loader_accepts(_as_yaml(d)[0])[0] and bool(d.get("profiles")),
+        settings=settings_,
+        random=Random(0),
     )
-    invalid = find(documents(), lambda d: not _loader_accepts(_as_yaml(d)[0])[0], settings=settings_)
+    invalid = find(documents(), lambda d: not _loader_accepts(_as_yaml(d)[0])[0], settings=settings_, random=Random(0))
     assert VALIDATOR.is_valid(valid)
     assert not VALIDATOR.is_valid(_as_yaml(invalid)[1])
 
