@@ -26,13 +26,24 @@ from typing import NamedTuple, overload
 from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES
 from latency_budget._config.model import StageBudget
 
-__all__ = ["GENERATION_OPERATIONS", "Call", "RawCall", "RecordedCalls", "Sample", "call_of", "calls_of"]
+__all__ = [
+    "GENERATION_OPERATIONS",
+    "Call",
+    "RawCall",
+    "RecordedCalls",
+    "Sample",
+    "call_of",
+    "calls_of",
+    "recorded_calls",
+]
 
 # (span id, stage index, start ns, end ns, time to first token ns or None, the span's attributes)
 RawCall = tuple[int, int, int, int, "int | None", Mapping[str, object]]
 
-# The generation operations of the first dialect key (the semantic conventions').
-GENERATION_OPERATIONS = GENERATION_VALUES[0][1]
+# The generation operations of the first dialect key (the semantic conventions'), read
+# first; the other dialects' only when a span lacks that key.
+_GENERATION_KEY, GENERATION_OPERATIONS = GENERATION_VALUES[0]
+_OTHER_GENERATIONS = GENERATION_VALUES[1:]
 
 _OPERATION = DIALECTS[0].key  # part of a call's identity
 _MODELS = CALL_KEYS.model
@@ -43,13 +54,15 @@ _INPUT, _OUTPUT = _INPUT_TOKENS[0], _OUTPUT_TOKENS[0]
 _PROVIDERS = CALL_KEYS.provider
 _ARGUMENTS = CALL_KEYS.arguments  # what makes two calls identical, besides stage and target: the first present
 _ARGUMENT_KEYS = frozenset(_ARGUMENTS)
-_FINISH_REASONS = CALL_KEYS.finish_reasons
-_STREAM = CALL_KEYS.stream
+# The first spelling of these is read inline, the others (if any) only when it is missing.
+_FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
+_STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
 # The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = frozenset({"tool_calls", "function_call", "tool_use"})
 _new = tuple.__new__  # a NamedTuple's own __new__ is a Python-level call: see Sample
+_object_new = object.__new__
 
 
 class Sample(NamedTuple):
@@ -121,12 +134,7 @@ class RecordedCalls(Sequence[Call]):
         self._raw = raw
         self._stages = stages
         self._built: tuple[Call, ...] | None = None
-        # The spans with a model or arguments: calls_of gives calls exactly when there are any.
-        chosen = []
-        for item in raw:  # a loop: a comprehension is one more call
-            if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5]):
-                chosen.append(item)
-        self._chosen = chosen
+        self._chosen = _chosen(raw)
 
     def calls(self) -> tuple[Call, ...]:
         built = self._built
@@ -172,6 +180,32 @@ class RecordedCalls(Sequence[Call]):
 
     def __repr__(self) -> str:
         return repr(self.calls())
+
+
+def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> RecordedCalls | tuple[()]:
+    """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
+
+    What the root's end uses: it makes the object without a Python-level ``__init__``
+    call (through the type's slot, about 1,500 instructions under callgrind).
+    """
+    chosen = _chosen(raw)
+    if not chosen:
+        return ()
+    calls: RecordedCalls = _object_new(RecordedCalls)
+    calls._raw = raw
+    calls._stages = stages
+    calls._built = None
+    calls._chosen = chosen
+    return calls
+
+
+def _chosen(raw: Sequence[RawCall]) -> list[RawCall]:
+    """The spans with a model or arguments: calls_of gives calls exactly when there are any."""
+    chosen = []
+    for item in raw:  # a loop: a comprehension is one more call
+        if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5]):
+            chosen.append(item)
+    return chosen
 
 
 def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
@@ -257,13 +291,18 @@ def _sample(
     model = get(_MODEL)
     if type(model) is not str or not model:
         model = _first_str(get, _MODELS[1:])
-    generation = False
-    for name, values in GENERATION_VALUES:  # the first key the span carries decides
-        operation = get(name)
-        if operation is not None:
-            # A list (replayed JSON) is unhashable: only a string can name a generation operation.
-            generation = operation.__class__ is str and operation in values
-            break
+    # The first generation key the span carries decides. A list (replayed JSON) is
+    # unhashable: only a string can name a generation operation.
+    operation = get(_GENERATION_KEY)
+    if operation is not None:
+        generation = type(operation) is str and operation in GENERATION_OPERATIONS
+    else:
+        generation = False
+        for name, values in _OTHER_GENERATIONS:
+            operation = get(name)
+            if operation is not None:
+                generation = type(operation) is str and operation in values
+                break
     input_tokens: int | None = None
     output_tokens: int | None = None
     to_tools = False
@@ -279,11 +318,11 @@ def _sample(
             output_tokens = found
         elif not _OTHER_NAMES.isdisjoint(attributes):
             output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
-        for name in _FINISH_REASONS:  # inline loops here: a helper is one more call per span
-            reasons = get(name)
-            if reasons is not None:
-                to_tools = _answered_with_tools(reasons)
-                break
+        reasons = get(_FINISH_REASONS)
+        if reasons is None and _OTHER_FINISH_REASONS:
+            reasons = _first(get, _OTHER_FINISH_REASONS)
+        if reasons is not None:
+            to_tools = _answered_with_tools(reasons)
     else:
         target = _first_str(get, CALL_KEYS.tool_name)
         if target is None:
@@ -293,12 +332,9 @@ def _sample(
         arguments = _first(get, _ARGUMENTS)
         if arguments is not None:
             key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
-    streamed = first_token_ns is not None
-    if not streamed:
-        for name in _STREAM:
-            if get(name) is True:
-                streamed = True
-                break
+    streamed = first_token_ns is not None or get(_STREAM) is True
+    if not streamed and _OTHER_STREAM:
+        streamed = any(get(name) is True for name in _OTHER_STREAM)
     return _new(
         Sample,
         (

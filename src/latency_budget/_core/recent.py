@@ -255,11 +255,9 @@ def add_lever_hints(
     request's judged report; ``names`` (span id -> name) names the spans of each hint, as
     for the other hints.
     """
-    if not calls:
-        return ()
     # A processor's calls are read from the spans only when request_levers needs them.
     samples = calls.samples() if isinstance(calls, RecordedCalls) else calls
-    if not recent.add(samples):  # this trace's own calls count too
+    if not samples or not recent.add(samples):  # this trace's own calls count too
         return ()  # and none has an identity to remember (add says True for any)
     findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms)
     recent.remember(samples)  # after: "an earlier request" is strictly earlier
