@@ -124,17 +124,18 @@ class Call:
 class RecordedCalls(Sequence[Call]):
     """A request's calls (as :func:`calls_of` gives them), read from its spans only when first asked for.
 
-    A report carries these: most roots' ends need only their :meth:`samples`, for the
-    recent-call series. Equal to any sequence of the same calls.
+    Made with the :meth:`samples` of its spans that have a model or arguments (what the
+    recent-call series keep, and all most roots' ends need); the calls themselves are
+    read when first iterated. Equal to any sequence of the same calls.
     """
 
-    __slots__ = ("_built", "_chosen", "_raw", "_stages")
+    __slots__ = ("_built", "_raw", "_samples", "_stages")
 
     def __init__(self, raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> None:
         self._raw = raw
         self._stages = stages
         self._built: tuple[Call, ...] | None = None
-        self._chosen = _chosen(raw)
+        self._samples = _samples_of(raw, stages)
 
     def calls(self) -> tuple[Call, ...]:
         built = self._built
@@ -144,19 +145,10 @@ class RecordedCalls(Sequence[Call]):
 
     def samples(self) -> list[Sample]:
         """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
-        chosen = self._chosen
-        stages = self._stages
-        samples: list[Sample] = []
-        last = None
-        for _, stage, start, end, ttft, attributes in chosen:
-            if last is not None and start <= last:  # not in start order (spans end in their own order)
-                return [_sample(stages[s].name, b, e, t, a) for _, s, b, e, t, a in sorted(chosen, key=_RAW_ORDER)]
-            last = start
-            samples.append(_sample(stages[stage].name, start, end, ttft, attributes))
-        return samples
+        return self._samples
 
     def __bool__(self) -> bool:
-        return bool(self._chosen)
+        return bool(self._samples)  # calls_of gives calls exactly when a span has a model or arguments
 
     def __len__(self) -> int:
         return len(self.calls())
@@ -186,26 +178,36 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> Rec
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
 
     What the root's end uses: it makes the object without a Python-level ``__init__``
-    call (through the type's slot, about 1,500 instructions under callgrind).
+    call through the type's slot (about 1,500 instructions under callgrind).
     """
-    chosen = _chosen(raw)
-    if not chosen:
+    samples = _samples_of(raw, stages)
+    if not samples:
         return ()
     calls: RecordedCalls = _object_new(RecordedCalls)
     calls._raw = raw
     calls._stages = stages
     calls._built = None
-    calls._chosen = chosen
+    calls._samples = samples
     return calls
 
 
-def _chosen(raw: Sequence[RawCall]) -> list[RawCall]:
-    """The spans with a model or arguments: calls_of gives calls exactly when there are any."""
-    chosen = []
-    for item in raw:  # a loop: a comprehension is one more call
-        if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5]):
-            chosen.append(item)
-    return chosen
+def _samples_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> list[Sample]:
+    """The samples of the spans with a model or arguments, in start order (then end, then span id)."""
+    samples: list[Sample] = []
+    last = None
+    ordered = True
+    for _, stage, start, end, ttft, attributes in raw:  # a loop: a comprehension is one more call
+        if _MODEL in attributes or not _LEVER_KEYS.isdisjoint(attributes):
+            if last is not None and start <= last:
+                ordered = False
+            last = start
+            samples.append(_sample(stages[stage].name, start, end, ttft, attributes))
+    if ordered:  # spans end in their own order, but one after another start in it too
+        return samples
+    chosen = sorted((item for item in raw if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5])), key=_RAW_ORDER)
+    return [
+        _sample(stages[stage].name, start, end, ttft, attributes) for _, stage, start, end, ttft, attributes in chosen
+    ]
 
 
 def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
