@@ -8,6 +8,7 @@ mypy fails here before a user's checker does.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def _hint_kinds(hints: tuple[Hint, ...]) -> list[HintKind]:
     return [hint.kind for hint in hints]
 
 
-def _models(calls: tuple[Call, ...]) -> list[str | None]:
+def _models(calls: Sequence[Call]) -> list[str | None]:
     return [call.model for call in calls]
 
 

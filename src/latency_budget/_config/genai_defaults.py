@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from opentelemetry.trace import SpanKind
 
@@ -28,15 +28,18 @@ from latency_budget._config.model import FirstTokenSource
 __all__ = [
     "AI_KEYS",
     "BUILTIN_STAGES",
+    "CALL_KEYS",
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DIALECTS",
     "FIRST_TOKEN_SPELLINGS",
+    "GENERATION_VALUES",
     "INVOCATIONS",
     "MODEL_KEYS",
     "NOT_CALLS",
     "TOOL_CALLS_ONLY",
     "TOOL_CALL_FINISH_REASONS",
+    "CallKeys",
     "Dialect",
     "FirstTokenSpelling",
     "NotACall",
@@ -47,6 +50,30 @@ __all__ = [
 ]
 
 BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
+
+
+@dataclass(frozen=True, slots=True)
+class CallKeys:
+    """Where one vocabulary writes the facts of a call that the latency levers read.
+
+    Each column lists attribute keys; across :data:`DIALECTS` they are tried in the
+    table's order (the first a span carries wins), and :data:`CALL_KEYS` merges them.
+    ``generation`` says that the dialect's ``model_call`` values are generation calls
+    (chat or completion, whose output can stream).
+    """
+
+    model: tuple[str, ...] = ()  # the model called (a response model is a fall-back)
+    response_model: tuple[str, ...] = ()
+    provider: tuple[str, ...] = ()
+    input_tokens: tuple[str, ...] = ()
+    output_tokens: tuple[str, ...] = ()
+    tool_name: tuple[str, ...] = ()  # what a call without a model called
+    data_source: tuple[str, ...] = ()  # ... when it names no tool either
+    arguments: tuple[str, ...] = ()  # what makes two calls identical (the cache lever)
+    instructions: tuple[str, ...] = ()  # part of a call's identity too
+    stream: tuple[str, ...] = ()  # true when the call asked to stream
+    finish_reasons: tuple[str, ...] = ()
+    generation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +90,8 @@ class Dialect:
     # "tested": real packages run in tests/frameworks or tests/instrumentation; "source": read
     # from the framework's source only, tested on the span shapes the source shows.
     evidence: Literal["tested", "source"] = "tested"
+    # Where the vocabulary writes a call's model, tokens, arguments... (the latency levers).
+    call_keys: CallKeys = CallKeys()
     values: Mapping[str, str] = field(init=False, repr=False, compare=False)  # value -> stage
 
     def __post_init__(self) -> None:
@@ -90,6 +119,20 @@ DIALECTS: tuple[Dialect, ...] = (
         },
         not_stages=("invoke_agent", "create_agent", "invoke_workflow"),
         invocations=("invoke_agent", "invoke_workflow"),
+        call_keys=CallKeys(
+            model=("gen_ai.request.model", "gen_ai.response.model"),
+            response_model=("gen_ai.response.model",),
+            provider=("gen_ai.provider.name",),
+            input_tokens=("gen_ai.usage.input_tokens",),
+            output_tokens=("gen_ai.usage.output_tokens",),
+            tool_name=("gen_ai.tool.name",),
+            data_source=("gen_ai.data_source.id",),
+            arguments=("gen_ai.tool.call.arguments", "gen_ai.retrieval.query.text", "gen_ai.input.messages"),
+            instructions=("gen_ai.system_instructions",),
+            stream=("gen_ai.request.stream",),
+            finish_reasons=("gen_ai.response.finish_reasons",),
+            generation=True,
+        ),
     ),
     Dialect(
         # opentelemetry-semantic-conventions-ai's GenAICustomOperationName, and the LlamaIndex
@@ -98,6 +141,13 @@ DIALECTS: tuple[Dialect, ...] = (
         "gen_ai.operation.name",
         {"retrieval": ("vector_db_retrieve", "rerank"), "model_call": ("llm_request",)},
         not_stages=("execute_task",),
+        # The conventions' older names, which OpenLLMetry still writes.
+        call_keys=CallKeys(
+            provider=("gen_ai.system",),
+            input_tokens=("gen_ai.usage.prompt_tokens",),
+            output_tokens=("gen_ai.usage.completion_tokens",),
+            arguments=("gen_ai.prompt",),
+        ),
     ),
     Dialect(
         "OpenInference",
@@ -105,6 +155,15 @@ DIALECTS: tuple[Dialect, ...] = (
         {"retrieval": ("RETRIEVER", "EMBEDDING", "RERANKER"), "model_call": ("LLM",), "tool_calls": ("TOOL",)},
         not_stages=("AGENT", "CHAIN", "GUARDRAIL", "EVALUATOR", "PROMPT", "UNKNOWN"),
         invocations=("AGENT",),
+        call_keys=CallKeys(
+            model=("llm.model_name",),
+            provider=("llm.provider",),
+            input_tokens=("llm.token_count.prompt",),
+            output_tokens=("llm.token_count.completion",),
+            tool_name=("tool.name",),
+            arguments=("input.value",),
+            generation=True,
+        ),
     ),
     Dialect(
         # TraceloopSpanKindValues: traceloop-sdk's @tool/@task/@agent/@workflow decorators.
@@ -337,6 +396,28 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
 
 
 _BUILTIN = _compile(DIALECTS, NOT_CALLS)
+
+
+def _merge_call_keys(dialects: tuple[Dialect, ...]) -> CallKeys:
+    """Every dialect's call keys, column by column, in the table's order (once each)."""
+    columns: dict[str, dict[str, None]] = {}
+    for dialect in dialects:
+        for column in CallKeys.__slots__:
+            if column != "generation":
+                columns.setdefault(column, {}).update(dict.fromkeys(getattr(dialect.call_keys, column)))
+    merged: dict[str, Any] = {column: tuple(keys) for column, keys in columns.items()}
+    return CallKeys(**merged)
+
+
+# What the latency levers read of a call (_core/call_facts.py), merged from DIALECTS.
+CALL_KEYS: CallKeys = _merge_call_keys(DIALECTS)
+# (key, values) of the dialects whose model_call values are generation calls, in the
+# table's order: the first key a span carries says whether it is one.
+GENERATION_VALUES: tuple[tuple[str, frozenset[str]], ...] = tuple(
+    (dialect.key, frozenset(dialect.stages.get("model_call", ())))
+    for dialect in DIALECTS
+    if dialect.call_keys.generation
+)
 
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})

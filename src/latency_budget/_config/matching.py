@@ -193,7 +193,7 @@ class AttributeDecision:
     trying the rules in order, so a later rule can still match.
     """
 
-    __slots__ = ("gate", "index", "rules", "veto_keys", "vetoes")
+    __slots__ = ("gate", "index", "keys", "rules", "veto_keys", "vetoes")
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
@@ -210,7 +210,8 @@ class AttributeDecision:
         self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
         # The keys of every veto: a span with none of them (nearly all) is checked by one set operation.
         self.veto_keys = frozenset(key for u in (self.vetoes or {}).values() for key, _ in u)
-        self.index: tuple[tuple[str, dict[tuple[type, object], int]], ...] | None = None
+        # key -> (its value, typed -> the first stage allowing it)
+        self.index: dict[str, dict[tuple[type, object], int]] | None = None
         if simple:
             by_key: dict[str, dict[tuple[type, object], int]] = {}
             for stage, rule in rules:
@@ -218,27 +219,35 @@ class AttributeDecision:
                 table = by_key.setdefault(key, {})
                 for value in allowed:
                     table.setdefault(value, stage)  # rules are in order: keep the first stage
-            self.index = tuple(by_key.items())
+            self.index = by_key
         # Every rule requires at least one key; if none of these is present, nothing matches.
         self.gate: frozenset[str] | None = frozenset(
             rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules
         )
+        # What the index reads of a span: its keys and the vetoes', found in one set operation.
+        self.keys = self.gate | self.veto_keys
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         """Index of the first candidate's stage that these attributes satisfy, or -1."""
-        if self.gate is not None and self.gate.isdisjoint(attributes):
-            return -1
         index = self.index
         if index is None:
+            if self.gate is not None and self.gate.isdisjoint(attributes):
+                return -1
             for stage, rule in self.rules:
                 if rule.matches_attributes(attributes):
                     return stage
             return -1
+        # The index and veto keys the span carries (usually one or two), in one pass over
+        # its attributes in C, instead of a probe per key of the dialect table (eight) and
+        # two more passes for the gate and the vetoes: under callgrind, about 2,000
+        # instructions less per stage span.
+        present = self.keys.intersection(attributes)
         best = -1
-        for key, table in index:
-            value = attributes.get(key, _MISSING)
-            if value is _MISSING:
+        for key in present:  # the earliest stage wins, whatever the order
+            table = index.get(key)
+            if table is None:  # a veto key only
                 continue
+            value = attributes[key]
             try:
                 stage = table.get((type(value), value), -1)
             except TypeError:  # unhashable values never match
@@ -248,8 +257,8 @@ class AttributeDecision:
         if (
             best >= 0
             and self.vetoes is not None
-            and not self.veto_keys.isdisjoint(attributes)
             and (unless := self.vetoes.get(best))
+            and not self.veto_keys.isdisjoint(present)
             and vetoed(unless, attributes)
         ):
             for stage, rule in self.rules:  # rare: settle it rule by rule
@@ -365,6 +374,7 @@ class _Ordered(AttributeDecision):
         self.gate = None  # the last rule holds whatever the attributes
         self.vetoes = None  # decide() below tries each rule whole, vetoes included
         self.veto_keys = frozenset()
+        self.keys = frozenset()
 
     def decide(self, attributes: Mapping[str, object]) -> int:
         for stage, rule in self.rules:

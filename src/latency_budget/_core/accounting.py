@@ -50,7 +50,7 @@ def evaluate(
     critical_ms: Mapping[str, float] | None = None,
     unattributed_ms: float | None = None,
     hints: tuple[Hint, ...] = (),
-    calls: tuple[Call, ...] = (),
+    calls: Sequence[Call] = (),
     levers: LeverHints | None = None,
     trace_id: int | None = None,
     span_id: int | None = None,

@@ -2,55 +2,89 @@
 
 The processor keeps, for each recorded stage span, its stage, times, time to first
 token and its (frozen) attribute mapping; only when the root ends are the few attributes
-the levers read turned into a :class:`Call`. They are read, never written: model names,
+the levers read turned into what they need. They are read, never written: model names,
 tool names and arguments stay inside the process (arguments only as a hash, the call's
 identity for the cache lever), so nothing of them reaches an attribute or metric value.
 
-Attribute names are those of the OpenTelemetry GenAI semantic conventions, with the
+Two shapes, read by one rule (:func:`_sample`): a :class:`Sample` is what the recent-call
+series keep and the processor's quick test reads, made at every root's end; a
+:class:`Call` adds the response model, the provider and the span id, for people and for
+the estimates, and is made only when something asks for it (:class:`RecordedCalls`).
+
+Attribute names come from the dialect table (``CallKeys`` in
+``_config/genai_defaults.py``): the OpenTelemetry GenAI semantic conventions first, the
 older and OpenInference spellings as fall-backs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+from operator import attrgetter, itemgetter
+from typing import NamedTuple, overload
 
+from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES
 from latency_budget._config.model import StageBudget
 
-__all__ = ["GENERATION_OPERATIONS", "Call", "RawCall", "call_of", "calls_of"]
+__all__ = [
+    "GENERATION_OPERATIONS",
+    "Call",
+    "RawCall",
+    "RecordedCalls",
+    "Sample",
+    "call_of",
+    "calls_of",
+    "recorded_calls",
+]
 
 # (span id, stage index, start ns, end ns, time to first token ns or None, the span's attributes)
 RawCall = tuple[int, int, int, int, "int | None", Mapping[str, object]]
 
-GENERATION_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+# The generation operations of the first dialect key (the semantic conventions'), read
+# first; the other dialects' only when a span lacks that key.
+_GENERATION_KEY, GENERATION_OPERATIONS = GENERATION_VALUES[0]
+_OTHER_GENERATIONS = GENERATION_VALUES[1:]
 
-_OPERATION = "gen_ai.operation.name"
-_OPENINFERENCE_KIND = "openinference.span.kind"
-_MODELS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-_RESPONSE_MODEL = "gen_ai.response.model"
-_PROVIDERS = ("gen_ai.provider.name", "gen_ai.system", "llm.provider")
-_STREAM = "gen_ai.request.stream"
-_INPUT_TOKENS = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
-_OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")
-_FINISH_REASONS = "gen_ai.response.finish_reasons"
-_TOOL_NAMES = ("gen_ai.tool.name", "tool.name")
-_DATA_SOURCE = "gen_ai.data_source.id"
-# What makes two calls identical, besides their stage and target: the first of these present.
-_ARGUMENTS = (
-    "gen_ai.tool.call.arguments",
-    "gen_ai.retrieval.query.text",
-    "gen_ai.input.messages",
-    "gen_ai.prompt",
-    "input.value",
-)
-_SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
-_ARGUMENT_KEYS = frozenset(_ARGUMENTS)
-_LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
+_OPERATION = DIALECTS[0].key  # part of a call's identity
+_MODELS = CALL_KEYS.model
 _MODEL = _MODELS[0]
-# The spellings of the counts and the provider other than the semantic conventions'.
+_INPUT_TOKENS = CALL_KEYS.input_tokens
+_OUTPUT_TOKENS = CALL_KEYS.output_tokens
+_INPUT, _OUTPUT = _INPUT_TOKENS[0], _OUTPUT_TOKENS[0]
+_PROVIDERS = CALL_KEYS.provider
+_ARGUMENTS = CALL_KEYS.arguments  # what makes two calls identical, besides stage and target: the first present
+_ARGUMENT_KEYS = frozenset(_ARGUMENTS)
+# The first spelling of these is read inline, the others (if any) only when it is missing.
+_FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
+_STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
+_LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
+# The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = frozenset({"tool_calls", "function_call", "tool_use"})
+_new = tuple.__new__  # a NamedTuple's own __new__ is a Python-level call: see Sample
+_object_new = object.__new__
+
+
+class Sample(NamedTuple):
+    """What the recent-call series keep of one call, and the processor's quick test reads.
+
+    The fields mean what :class:`Call`'s of the same name mean. Built with
+    ``tuple.__new__``: at every root's end, for every stage span with a model or
+    arguments, where the class's own ``__new__`` (a Python-level call) would cost more.
+    """
+
+    stage: str
+    model: str | None
+    start_ns: int
+    end_ns: int
+    first_token_ns: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    generation: bool
+    streamed: bool
+    to_tools: bool
+    key: int | None
+    target: str | None
 
 
 @dataclass(slots=True)
@@ -85,6 +119,95 @@ class Call:
     def duration_ns(self) -> int:
         """The span's length (0 when it ends before it starts)."""
         return self.end_ns - self.start_ns if self.end_ns > self.start_ns else 0
+
+
+class RecordedCalls(Sequence[Call]):
+    """A request's calls (as :func:`calls_of` gives them), read from its spans only when first asked for.
+
+    Made with the :meth:`samples` of its spans that have a model or arguments (what the
+    recent-call series keep, and all most roots' ends need); the calls themselves are
+    read when first iterated. Equal to any sequence of the same calls.
+    """
+
+    __slots__ = ("_built", "_raw", "_samples", "_stages")
+
+    def __init__(self, raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> None:
+        self._raw = raw
+        self._stages = stages
+        self._built: tuple[Call, ...] | None = None
+        self._samples = _samples_of(raw, stages)
+
+    def calls(self) -> tuple[Call, ...]:
+        built = self._built
+        if built is None:
+            built = self._built = calls_of(self._raw, self._stages)
+        return built
+
+    def samples(self) -> list[Sample]:
+        """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
+        return self._samples
+
+    def __bool__(self) -> bool:
+        return bool(self._samples)  # calls_of gives calls exactly when a span has a model or arguments
+
+    def __len__(self) -> int:
+        return len(self.calls())
+
+    @overload
+    def __getitem__(self, index: int) -> Call: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Call, ...]: ...
+    def __getitem__(self, index: int | slice) -> Call | tuple[Call, ...]:
+        return self.calls()[index]
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(self.calls())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return self.calls() == tuple(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # like a list: equal to sequences of any kind
+
+    def __repr__(self) -> str:
+        return repr(self.calls())
+
+
+def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> RecordedCalls | tuple[()]:
+    """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
+
+    What the root's end uses: it makes the object without a Python-level ``__init__``
+    call through the type's slot (about 1,500 instructions under callgrind).
+    """
+    samples = _samples_of(raw, stages)
+    if not samples:
+        return ()
+    calls: RecordedCalls = _object_new(RecordedCalls)
+    calls._raw = raw
+    calls._stages = stages
+    calls._built = None
+    calls._samples = samples
+    return calls
+
+
+def _samples_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> list[Sample]:
+    """The samples of the spans with a model or arguments, in start order (then end, then span id)."""
+    samples: list[Sample] = []
+    last = None
+    ordered = True
+    for _, stage, start, end, ttft, attributes in raw:  # a loop: a comprehension is one more call
+        if _MODEL in attributes or not _LEVER_KEYS.isdisjoint(attributes):
+            if last is not None and start <= last:
+                ordered = False
+            last = start
+            samples.append(_sample(stages[stage].name, start, end, ttft, attributes))
+    if ordered:  # spans end in their own order, but one after another start in it too
+        return samples
+    chosen = sorted((item for item in raw if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5])), key=_RAW_ORDER)
+    return [
+        _sample(stages[stage].name, start, end, ttft, attributes) for _, stage, start, end, ttft, attributes in chosen
+    ]
 
 
 def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
@@ -122,67 +245,22 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Cal
 
 
 _ORDER = attrgetter("start_ns", "end_ns", "span_id")
+_RAW_ORDER = itemgetter(2, 3, 0)  # the same order on a RawCall
 
 
 def call_of(
     span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
 ) -> Call:
-    """Read one stage span's attributes; values of the wrong type count as absent.
-
-    This runs for every stage span when its root ends: the semantic-convention names are
-    read first, the other spellings only when those are missing.
-    """
-    get: Callable[[str], object] = attributes.get
-    model = get(_MODEL)
-    if type(model) is not str or not model:
-        model = _first_str(get, _MODELS[1:])
-    # Older and OpenInference spellings of the counts and the provider are looked for only
-    # when a semantic-convention name is missing and the span has any of them (one set
-    # operation; most spans have none).
-    other = None
-    operation = get(_OPERATION)
-    # A list (replayed JSON) is unhashable: only a string can name a generation operation.
-    generation = (type(operation) is str and operation in GENERATION_OPERATIONS) or (
-        operation is None and get(_OPENINFERENCE_KIND) == "LLM"
+    """Read one stage span's attributes; values of the wrong type count as absent."""
+    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = _sample(
+        stage, start_ns, end_ns, first_token_ns, attributes
     )
-    input_tokens: int | None = None
-    output_tokens: int | None = None
+    get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
-    to_tools = False
     if model is not None:
-        target: str | None = model
-        found = get(_INPUT_TOKENS[0])
-        if type(found) is int and found >= 0:
-            input_tokens = found
-        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
-            input_tokens = _first_count(get, _INPUT_TOKENS[1:])
-        found = get(_OUTPUT_TOKENS[0])
-        if type(found) is int and found >= 0:
-            output_tokens = found
-        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
-            output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
-        found = get(_RESPONSE_MODEL)
-        response_model = found if type(found) is str else None
-        found = get(_PROVIDERS[0])
-        if type(found) is str and found:
-            provider = found
-        elif other or (other is None and (other := not _OTHER_NAMES.isdisjoint(attributes))):
-            provider = _first_str(get, _PROVIDERS[1:])
-        reasons = get(_FINISH_REASONS)
-        to_tools = reasons is not None and _answered_with_tools(reasons)
-    else:
-        target = _first_str(get, _TOOL_NAMES)
-        if target is None:
-            found = get(_DATA_SOURCE)
-            target = found if type(found) is str else None
-    key = None
-    if not _ARGUMENT_KEYS.isdisjoint(attributes):
-        for name in _ARGUMENTS:
-            arguments = get(name)
-            if arguments is not None:
-                key = _identity(stage, operation, target, arguments, get(_SYSTEM_INSTRUCTIONS))
-                break
+        response_model = _first_text(get, CALL_KEYS.response_model)
+        provider = _first_str(get, _PROVIDERS)
     return Call(
         span_id,
         stage,
@@ -193,7 +271,7 @@ def call_of(
         response_model,
         provider,
         generation,
-        first_token_ns is not None or get(_STREAM) is True,
+        streamed,
         to_tools,
         input_tokens,
         output_tokens,
@@ -202,10 +280,103 @@ def call_of(
     )
 
 
+def _sample(
+    stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
+) -> Sample:
+    """The one reading of a span's lever facts: values of the wrong type count as absent.
+
+    This runs for every stage span with a model or arguments when its root ends: the
+    semantic-convention names are read first, the other spellings only when those are
+    missing and the span has any of them (one set operation; most spans have none).
+    """
+    get: Callable[[str], object] = attributes.get
+    model = get(_MODEL)
+    if type(model) is not str or not model:
+        model = _first_str(get, _MODELS[1:])
+    # The first generation key the span carries decides. A list (replayed JSON) is
+    # unhashable: only a string can name a generation operation.
+    operation = get(_GENERATION_KEY)
+    if operation is not None:
+        generation = type(operation) is str and operation in GENERATION_OPERATIONS
+    else:
+        generation = False
+        for name, values in _OTHER_GENERATIONS:
+            operation = get(name)
+            if operation is not None:
+                generation = type(operation) is str and operation in values
+                break
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    to_tools = False
+    if model is not None:
+        target: str | None = model
+        found = get(_INPUT)
+        if type(found) is int and found >= 0:
+            input_tokens = found
+        elif not _OTHER_NAMES.isdisjoint(attributes):
+            input_tokens = _first_count(get, _INPUT_TOKENS[1:])
+        found = get(_OUTPUT)
+        if type(found) is int and found >= 0:
+            output_tokens = found
+        elif not _OTHER_NAMES.isdisjoint(attributes):
+            output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
+        reasons = get(_FINISH_REASONS)
+        if reasons is None and _OTHER_FINISH_REASONS:
+            reasons = _first(get, _OTHER_FINISH_REASONS)
+        if reasons is not None:
+            to_tools = _answered_with_tools(reasons)
+    else:
+        target = _first_str(get, CALL_KEYS.tool_name)
+        if target is None:
+            target = _first_text(get, CALL_KEYS.data_source)
+    key = None
+    if not _ARGUMENT_KEYS.isdisjoint(attributes):
+        arguments = _first(get, _ARGUMENTS)
+        if arguments is not None:
+            key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
+    streamed = first_token_ns is not None or get(_STREAM) is True
+    if not streamed and _OTHER_STREAM:
+        streamed = any(get(name) is True for name in _OTHER_STREAM)
+    return _new(
+        Sample,
+        (
+            stage,
+            model,
+            start_ns,
+            end_ns,
+            first_token_ns,
+            input_tokens,
+            output_tokens,
+            generation,
+            streamed,
+            to_tools,
+            key,
+            target,
+        ),
+    )
+
+
+def _first(get: Callable[[str], object], names: tuple[str, ...]) -> object:
+    for name in names:
+        value = get(name)
+        if value is not None:
+            return value
+    return None
+
+
 def _first_str(get: Callable[[str], object], names: tuple[str, ...]) -> str | None:
     for name in names:
         value = get(name)
         if type(value) is str and value:
+            return value
+    return None
+
+
+def _first_text(get: Callable[[str], object], names: tuple[str, ...]) -> str | None:
+    """The first string among ``names``, an empty one included."""
+    for name in names:
+        value = get(name)
+        if type(value) is str:
             return value
     return None
 

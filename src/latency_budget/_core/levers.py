@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
-from latency_budget._core.call_facts import Call
+from latency_budget._core.call_facts import Call, Sample
 from latency_budget._core.estimators import (
     MAX_FIT_POINTS,
     MIN_R_SQUARED,
@@ -111,7 +111,7 @@ FIT_NAMES: frozenset[FitName] = frozenset(("duration", "first_token", "output", 
 
 
 def summarise(
-    calls: Sequence[Call],
+    calls: Sequence[Call | Sample],
     *,
     max_fit_points: int = MAX_FIT_POINTS,
     z: float = Z95,

@@ -28,11 +28,10 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 
 from latency_budget import _guard
 from latency_budget._config.model import BudgetSet
-from latency_budget._core.call_facts import Call
+from latency_budget._core.call_facts import Call, RecordedCalls, Sample
 from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
@@ -64,9 +63,10 @@ REFRESH = 2 * WINDOW  # ... and then at most every this many calls
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
-MAX_NAME_CHARS = 128  # a kept model, response model or provider name is cut to this many characters
-# What the kept calls may hold at most, in bytes (CPython): per call its slots and three
-# names of MAX_NAME_CHARS characters of up to 4 bytes; per series its key; the identities.
+MAX_NAME_CHARS = 128  # a kept model name is cut to this many characters
+# What the kept calls may hold at most, in bytes (CPython): per call (a Sample) its tuple
+# and up to three names of MAX_NAME_CHARS characters of up to 4 bytes (a Sample keeps
+# two, its model and target, one string when not cut); per series its key; the identities.
 _CALL_BYTES = 200 + 3 * (80 + 4 * MAX_NAME_CHARS)
 WINDOW_BYTES = MAX_SERIES * (WINDOW * _CALL_BYTES + 80 + 4 * MAX_NAME_CHARS + 1024) + MAX_KEYS * 120
 
@@ -86,7 +86,7 @@ class _Series:
     __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "stats")
 
     def __init__(self) -> None:
-        self.calls: deque[Call] = deque(maxlen=WINDOW)
+        self.calls: deque[Sample] = deque(maxlen=WINDOW)
         self.added = 0
         self.due = 1
         self.stats: ModelStats | None = None
@@ -124,9 +124,10 @@ class _Series:
 class RecentCalls:
     """A :class:`~latency_budget._core.levers.Baseline` over the calls of recent traces.
 
-    Bounded in bytes, whatever the spans carry: at most :data:`WINDOW_BYTES`. Names kept
-    across requests (model, response model, provider) are cut to :data:`MAX_NAME_CHARS`
-    characters; ``cut`` counts the calls whose names were cut.
+    Bounded in bytes, whatever the spans carry: at most :data:`WINDOW_BYTES`. It keeps a
+    :class:`~latency_budget._core.call_facts.Sample` of each call (no response model,
+    provider or arguments), whose model name is cut to :data:`MAX_NAME_CHARS` characters;
+    ``cut`` counts the calls whose names were cut.
     """
 
     def __init__(self) -> None:
@@ -135,82 +136,87 @@ class RecentCalls:
         self._keys: dict[int, None] = {}  # oldest first
         self.cut = 0
 
-    def add(self, calls: Sequence[Call]) -> bool:
-        """Remember the model calls among ``calls``; whether a lever may apply to them.
+    def add(self, calls: Sequence[Sample | Call]) -> bool:
+        """Remember the model calls among ``calls`` (samples, as the processor gives; calls are kept as samples).
 
         ``False`` means that :func:`~latency_budget._core.levers.request_levers` would
         find nothing (a cheap test on what the recent calls say, so that most roots skip
         it); ``True`` only that it may find something.
         """
         maybe = False
-        added: list[tuple[Call, dict[str, _Series], _Series]] = []
-        for call in calls:
-            if call.key is not None:
+        added: list[tuple[int | None, int | None, dict[str, _Series], _Series]] = []
+        for given in calls:
+            sample = given if given.__class__ is Sample else self._kept(given)  # a Call: the CLI's, tests'
+            # One unpacking, not seven reads: a NamedTuple's fields are descriptors.
+            stage, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, _ = sample
+            if key is not None:
                 maybe = True
-            model = call.model
             if model is None:
                 continue
-            response, provider = call.response_model, call.provider
-            if (
-                len(model) > MAX_NAME_CHARS
-                or (response is not None and len(response) > MAX_NAME_CHARS)
-                or (provider is not None and len(provider) > MAX_NAME_CHARS)
-            ):
-                call = self._capped(call)  # noqa: PLW2901 (the kept copy)
-                model = call.model or ""
-            if call.generation and not call.streamed and not call.to_tools:
+            if len(model) > MAX_NAME_CHARS:
+                sample = self._kept(sample)
+                model = sample.model or ""
+            if generation and not streamed and not to_tools:
                 maybe = True  # a streaming candidate
-            models = self._series.get(call.stage)
+            models = self._series.get(stage)
             if models is None:
-                models = self._series.setdefault(call.stage, {})
+                models = self._series.setdefault(stage, {})
             series = models.get(model)
             if series is None:
                 if self._count >= MAX_SERIES:
                     continue
                 self._count += 1
                 series = models.setdefault(model, _Series())
-            series.calls.append(call)
+            series.calls.append(sample)
             series.added += 1
-            added.append((call, models, series))
+            added.append((input_tokens, output_tokens, models, series))
         if maybe:
             return True
-        for call, models, series in added:  # after every append: the statistics request_levers will see
+        for input_tokens, output_tokens, models, series in added:  # after every append: what request_levers sees
             if len(models) >= 2:
                 return True  # models to compare
             stats = series.summary()
             if stats is None:
                 continue
             median_in, median_out = stats.input_p50, stats.output_p50
-            if stats.context_fit is not None and median_in is not None and (call.input_tokens or 0) > median_in:
+            if stats.context_fit is not None and median_in is not None and (input_tokens or 0) > median_in:
                 return True
-            if (
-                stats.ms_per_output_token is not None
-                and median_out is not None
-                and (call.output_tokens or 0) > median_out
-            ):
+            if stats.ms_per_output_token is not None and median_out is not None and (output_tokens or 0) > median_out:
                 return True
         return False
 
-    def _capped(self, call: Call) -> Call:
-        """A copy of ``call`` whose names are at most MAX_NAME_CHARS long (logged once, counted)."""
+    def _kept(self, call: Sample | Call) -> Sample:
+        """The sample of ``call`` to keep, its names at most MAX_NAME_CHARS long (a cut is logged once, counted)."""
+        model, target = call.model, call.target
+        sample = Sample(
+            call.stage,
+            model,
+            call.start_ns,
+            call.end_ns,
+            call.first_token_ns,
+            call.input_tokens,
+            call.output_tokens,
+            call.generation,
+            call.streamed,
+            call.to_tools,
+            call.key,
+            target,
+        )
+        if (model is None or len(model) <= MAX_NAME_CHARS) and (target is None or len(target) <= MAX_NAME_CHARS):
+            return sample
         self.cut += 1
         if self.cut == 1:
             _guard.log_once(
                 ("recent-calls", "cut"),
                 logging.WARNING,
-                "latency_budget: a model, response model or provider name longer than %d characters was cut "
+                "latency_budget: a model name longer than %d characters was cut "
                 "to that length for the lever estimates (further cuts are counted, not logged)",
                 MAX_NAME_CHARS,
             )
-        return replace(
-            call,
-            model=_cut(call.model),
-            response_model=_cut(call.response_model),
-            provider=_cut(call.provider),
-            target=_cut(call.target),
-        )
+        kept = _cut(model)
+        return sample._replace(model=kept, target=kept if target is model else _cut(target))
 
-    def remember(self, calls: Sequence[Call]) -> None:
+    def remember(self, calls: Sequence[Sample | Call]) -> None:
         """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
         keys = self._keys
         for call in calls:
@@ -252,17 +258,18 @@ def add_lever_hints(
     report: TraceReport,
     names: Mapping[int, str] | None = None,
 ) -> tuple[Hint, ...]:
-    """Remember ``calls`` (a request's, see ``calls_of``); a hint per lever that recent calls give an estimate for.
+    """Remember ``calls`` (a request's, see ``RecordedCalls``); a hint per lever that recent calls give an estimate for.
 
     ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is the
     request's judged report; ``names`` (span id -> name) names the spans of each hint, as
     for the other hints.
     """
-    if not calls:
-        return ()
-    maybe = recent.add(calls)  # this trace's own calls count too
-    findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms) if maybe else ()
-    recent.remember(calls)  # after: "an earlier request" is strictly earlier
+    # A processor's calls are read from the spans only when request_levers needs them.
+    samples = calls.samples() if isinstance(calls, RecordedCalls) else calls
+    if not samples or not recent.add(samples):  # this trace's own calls count too
+        return ()  # and none has an identity to remember (add says True for any)
+    findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms)
+    recent.remember(samples)  # after: "an earlier request" is strictly earlier
     if not findings:
         return ()
     known = names if names is not None else {}

@@ -7,6 +7,7 @@ build, and one is built per trace on the application's thread.)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -82,7 +83,8 @@ class TraceReport:
     """The verdict on one request: per-stage figures, violations and the totals.
 
     ``calls`` are the request's stage spans as the latency levers read them (model,
-    tokens, streaming; see ``hints``), when the processor or the CLI recorded them.
+    tokens, streaming; see ``hints``), when the processor or the CLI recorded them: a
+    sequence read from the spans' attributes when first used.
     """
 
     profile: str
@@ -99,7 +101,7 @@ class TraceReport:
     root_name: str | None = None
     start_time_ns: int | None = None  # the local root's start and end (epoch ns), when known
     end_time_ns: int | None = None
-    calls: tuple[Call, ...] = ()
+    calls: Sequence[Call] = ()  # read from the spans when first iterated (see RecordedCalls)
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

@@ -18,7 +18,7 @@ from latency_budget._attributes import STAGE
 from latency_budget._config.genai_defaults import plausible_request
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
-from latency_budget._core.call_facts import calls_of
+from latency_budget._core.call_facts import recorded_calls
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
@@ -304,7 +304,7 @@ class TraceState:
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
             hints = ()
-        calls = calls_of(self.outermost_calls(), stages) if self.calls else ()
+        calls = recorded_calls(self.outermost_calls(), stages) if self.calls else ()
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6

@@ -1,0 +1,132 @@
+"""The attributes the latency levers read come from one table: the ``call_keys`` column of DIALECTS.
+
+Adding a spelling to a dialect's ``CallKeys`` makes ``call_of`` (and the samples the
+recent-call series keep) read it; writing one into ``_core/call_facts.py`` instead fails
+the source test below.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, CallKeys
+from latency_budget._config.model import StageBudget
+from latency_budget._core import call_facts
+from latency_budget._core.call_facts import RecordedCalls, call_of
+
+# (dialect, column, key) for every spelling of the table.
+SPELLINGS = [
+    (dialect.source, column, key)
+    for dialect in DIALECTS
+    for column in CallKeys.__slots__
+    if column != "generation"
+    for key in getattr(dialect.call_keys, column)
+]
+IDS = [f"{source}:{column}:{key}" for source, column, key in SPELLINGS]
+
+
+def _read(attributes: dict[str, object], *, ttft: int | None = None) -> call_facts.Call:
+    return call_of(7, "model_call", 0, 1_000_000, ttft, attributes)
+
+
+@pytest.mark.parametrize(("source", "column", "key"), SPELLINGS, ids=IDS)
+def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str) -> None:
+    """A span whose only spelling of a fact is this key gets that fact from it."""
+    model: dict[str, object] = {} if column == "model" else {CALL_KEYS.model[-1]: "m"}
+    if column in ("tool_name", "data_source"):
+        model = {}  # what a call without a model called
+    if column == "model":
+        assert _read({key: "gpt"}).model == "gpt"
+    elif column == "response_model":
+        assert _read({**model, key: "gpt-2024"}).response_model == "gpt-2024"
+    elif column == "provider":
+        assert _read({**model, key: "acme"}).provider == "acme"
+    elif column == "input_tokens":
+        assert _read({**model, key: 42}).input_tokens == 42
+    elif column == "output_tokens":
+        assert _read({**model, key: 43}).output_tokens == 43
+    elif column == "tool_name":
+        assert _read({key: "lookup"}).target == "lookup"
+    elif column == "data_source":
+        assert _read({key: "kb"}).target == "kb"
+    elif column == "arguments":
+        assert _read({**model, key: '{"q": 1}'}).key is not None
+    elif column == "instructions":
+        with_args = {**model, CALL_KEYS.arguments[0]: "same"}
+        assert _read({**with_args, key: "be brief"}).key != _read(with_args).key
+    elif column == "stream":
+        assert _read({**model, key: True}).streamed
+        assert not _read(model).streamed
+    elif column == "finish_reasons":
+        assert _read({**model, key: ("tool_calls",)}).to_tools
+    else:  # a new column: say how it is read here
+        pytest.fail(f"{source}: column {column!r} of CallKeys has no test")
+
+
+def test_the_merged_columns_keep_the_table_order_without_repeats() -> None:
+    """CALL_KEYS lists each column's keys in DIALECTS order: the first a span carries wins."""
+    for column in CallKeys.__slots__:
+        if column == "generation":
+            continue
+        merged = tuple(dict.fromkeys(key for d in DIALECTS for key in getattr(d.call_keys, column)))
+        assert getattr(CALL_KEYS, column) == merged, column
+    both = {"gen_ai.request.model": "semconv", "llm.model_name": "openinference"}
+    assert _read(both).model == "semconv"
+
+
+@pytest.mark.parametrize("dialect", [d for d in DIALECTS if d.call_keys.generation], ids=lambda d: d.source)
+def test_every_generation_dialect_names_generation_calls(dialect: object) -> None:
+    """A dialect marked ``generation`` makes its model_call values generation calls (they can stream)."""
+    key = dialect.key  # type: ignore[attr-defined]
+    values = dialect.stages["model_call"]  # type: ignore[attr-defined]
+    assert (key, frozenset(values)) in GENERATION_VALUES
+    for value in values:
+        assert _read({"gen_ai.request.model": "m", key: value}).generation
+    assert not _read({"gen_ai.request.model": "m", key: "not-a-generation"}).generation
+
+
+def test_call_facts_spells_no_attribute_of_its_own() -> None:
+    """call_facts.py names no attribute key: every spelling it reads comes from the table."""
+    tree = ast.parse(Path(call_facts.__file__).read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    dotted = re.compile(r"^[a-z_]+(\.[a-z0-9_]+)+$")
+    found = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and dotted.match(node.value)
+    ]
+    assert found == []
+
+
+def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
+    """The samples the series keep and the calls a report carries are one reading of the spans."""
+    stages = [StageBudget(name="model_call", budget_ms=1000.0)]
+    chat = {"gen_ai.operation.name": "chat", "llm.model_name": "m", "llm.token_count.prompt": 5, "input.value": "q"}
+    other = {"gen_ai.operation.name": "chat"}
+    raw = [(2, 0, 50, 90, None, chat), (1, 0, 10, 40, 5, other), (3, 0, 10, 30, None, dict(chat))]
+    calls = RecordedCalls(raw, stages)
+    assert calls  # without building them
+    (first, second) = calls.samples()  # in start order, then end: the spans with a model or arguments
+    built = [c for c in calls if c.model is not None]
+    assert [(c.start_ns, c.end_ns) for c in built] == [(first.start_ns, first.end_ns), (second.start_ns, second.end_ns)]
+    for sample, call in zip((first, second), built, strict=True):
+        for field in sample._fields:
+            assert getattr(sample, field) == getattr(call, field), field
+    assert len(calls) == 3
+    assert calls == tuple(calls)
+    assert not RecordedCalls([(1, 0, 10, 40, None, other)], stages)
+    assert RecordedCalls([(1, 0, 10, 40, None, other)], stages) == ()
