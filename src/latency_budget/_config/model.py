@@ -92,6 +92,17 @@ class StageDefinition:
     name: str
     rules: tuple[MatchRule, ...]
     first_token: tuple[FirstTokenSource, ...] = ()
+    # The attributes ``first_token`` reads, and its event sources in order: a span that
+    # carries none of those attributes (most stage spans) is read from the events alone,
+    # without a pass over every source (trace_state.end_span).
+    first_token_keys: frozenset[str] = field(init=False, repr=False, compare=False)
+    first_token_events: tuple[FirstTokenSource, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        keys = frozenset(source.attribute for source in self.first_token if source.attribute is not None)
+        object.__setattr__(self, "first_token_keys", keys)
+        events = tuple(source for source in self.first_token if source.attribute is None)
+        object.__setattr__(self, "first_token_events", events)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,17 @@ from latency_budget._config.model import FirstTokenSource
 
 __all__ = ["answered_with_tool_calls_only", "parse_instant_ns", "time_to_first_token_ns"]
 
+# The rows of TOOL_CALLS_ONLY that read an event, and every attribute the other rows read:
+# a span with none of those attributes (most model calls) is decided by the event rows
+# alone, without a pass over every row.
+_EVENT_ROWS = tuple(row for row in TOOL_CALLS_ONLY if row.event is not None)
+_ROW_KEYS = frozenset(
+    key
+    for row in TOOL_CALLS_ONLY
+    if row.event is None
+    for key in (row.finish_key, row.messages_key, row.tool_call_key)
+    if key is not None
+)
 _SCALE_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 # Date and time with seconds, an optional fraction, and a zone (required: a time without
@@ -52,6 +63,8 @@ def time_to_first_token_ns(
         else:
             if events is None:
                 events = read_events(span)
+            if not events:  # the common case: no event to look for, and no call to look
+                continue
             found = _from_event(source.event, start_ns, events)
         if found is not None:
             return found
@@ -132,7 +145,7 @@ def answered_with_tool_calls_only(
     event (none when it is ``None``).
     """
     events: Sequence[Event] | None = None
-    for row in TOOL_CALLS_ONLY:
+    for row in _EVENT_ROWS if _ROW_KEYS.isdisjoint(attributes) else TOOL_CALLS_ONLY:
         if row.scope is not None and row.scope != scope:
             continue
         if row.finish_key is not None:

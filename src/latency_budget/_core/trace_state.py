@@ -177,7 +177,10 @@ class TraceState:
             else:
                 self.truncated = True
             return -1
-        sources = config.stages[stage].first_token
+        definition = config.stages[stage]
+        sources = definition.first_token
+        if sources and definition.first_token_keys.isdisjoint(attributes):
+            sources = definition.first_token_events  # the attribute sources have nothing to read
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
         seen = ttft is not None and not answered_with_tool_calls_only(attributes, self.read_events, source, scope)
         if len(spans) < self.max_spans or span_id == self.root_id:
