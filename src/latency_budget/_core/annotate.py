@@ -41,14 +41,14 @@ AttributeMap = dict[str, "str | bool | int | float | tuple[str, ...]"]
 VERDICT_ENTRIES = 5
 
 
-def root_attributes(report: TraceReport, *, truncated: bool = False) -> AttributeMap:
+def root_attributes(report: TraceReport, *, truncated: bool = False) -> dict[str, AttributeValue]:
     """The attributes the local root span gains. All ``_ms`` values are floats.
 
     The verdicts (violated, over-budget and warn stages, critical stage) are the report's
     own; the attributes add ``total`` to the stages when a request-level budget broke.
     """
     # The verdict first (then updated in place): a UI that keeps insertion order shows it on top.
-    out: AttributeMap = {
+    out: dict[str, AttributeValue] = {
         attr.VERDICT: verdict_text(report),
         attr.VIOLATED: report.violated,
         attr.OVER_BUDGET_STAGES: (),
@@ -260,7 +260,7 @@ def root_annotation(
     The events (one per violation and hint) are stamped at :func:`event_time_ns`, inside
     the root's interval as every backend stores it.
     """
-    extra: dict[str, AttributeValue] = dict(root_attributes(report, truncated=state.truncated))
+    extra = root_attributes(report, truncated=state.truncated)  # a new dict: no copy of it
     if stage >= 0:
         extra = {**stage_span_attributes(state, stage, name, kind, scope, start, end, attributes), **extra}
     events: list[Event] = []
