@@ -143,8 +143,7 @@ class MatchRule:
         """Whether a span with these properties satisfies the rule."""
         if not self.matches_static(name, kind, scope):
             return False
-        rule = self.for_scope(scope) if self.scoped_unless else self
-        return rule.matches_attributes(attributes)
+        return self.for_scope(scope).matches_attributes(attributes)
 
 
 def _holds(conditions: Conditions, attributes: Mapping[str, object]) -> bool:
