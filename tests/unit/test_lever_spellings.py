@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, CallKeys
+from latency_budget._config.genai_defaults import (
+    CALL_KEYS,
+    DIALECTS,
+    GENERATION_VALUES,
+    TOOL_CALL_FINISH_REASONS,
+    CallKeys,
+)
 from latency_budget._config.model import StageBudget
 from latency_budget._core import call_facts
 from latency_budget._core.call_facts import RecordedCalls, call_of
@@ -62,7 +68,11 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         assert _read({**model, key: True}).streamed
         assert not _read(model).streamed
     elif column == "finish_reasons":
-        assert _read({**model, key: ("tool_calls",)}).to_tools
+        # Every reason of the one list (TOOL_CALL_FINISH_REASONS, which the first-token rule
+        # reads too) marks a call that asked for tools: the conventions' own is `tool_call`.
+        for reason in sorted(TOOL_CALL_FINISH_REASONS):
+            assert _read({**model, key: (reason,)}).to_tools, reason
+        assert not _read({**model, key: ("stop",)}).to_tools
     else:  # a new column: say how it is read here
         pytest.fail(f"{source}: column {column!r} of CallKeys has no test")
 

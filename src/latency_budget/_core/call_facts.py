@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, overload
 
-from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES
+from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, TOOL_CALL_FINISH_REASONS
 from latency_budget._config.model import StageBudget
 
 __all__ = [
@@ -60,7 +60,7 @@ _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
 # The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
-_TO_TOOLS = frozenset({"tool_calls", "function_call", "tool_use"})
+_TO_TOOLS = TOOL_CALL_FINISH_REASONS  # the one list, shared with the first-token rule (first_token.py)
 _new = tuple.__new__  # a NamedTuple's own __new__ is a Python-level call: see Sample
 _object_new = object.__new__
 
