@@ -192,22 +192,106 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> Rec
 
 
 def _samples_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> list[Sample]:
-    """The samples of the spans with a model or arguments, in start order (then end, then span id)."""
+    """The samples of the spans with a model or arguments, in start order (then end, then span id).
+
+    The one reading of a span's lever facts: values of the wrong type count as absent.
+    This runs for every stage span with a model or arguments when its root ends, so it
+    is one loop with the reading inline (a call per span costs more than the rest of
+    the reading of a span's first spellings): the semantic-convention names are read
+    first, the other spellings only when those are missing and the span has any of them
+    (one set operation; most spans have none).
+    """
     samples: list[Sample] = []
     last = None
     ordered = True
-    for _, stage, start, end, ttft, attributes in raw:  # a loop: a comprehension is one more call
-        if _MODEL in attributes or not _LEVER_KEYS.isdisjoint(attributes):
-            if last is not None and start <= last:
-                ordered = False
-            last = start
-            samples.append(_sample(stages[stage].name, start, end, ttft, attributes))
+    for _, stage_index, start_ns, end_ns, first_token_ns, attributes in raw:
+        get: Callable[[str], object] = attributes.get
+        model = get(_MODEL)
+        if type(model) is not str or not model:
+            if _LEVER_KEYS.isdisjoint(attributes):
+                continue  # no model and no arguments: no lever reads this span
+            model = _first_str(get, _MODELS[1:])
+        if last is not None and start_ns <= last:
+            ordered = False
+        last = start_ns
+        stage = stages[stage_index].name
+        # The first generation key the span carries decides. A list (replayed JSON) is
+        # unhashable: only a string can name a generation operation.
+        operation = get(_GENERATION_KEY)
+        if operation is not None:
+            generation = type(operation) is str and operation in GENERATION_OPERATIONS
+        else:
+            generation = False
+            for name, values in _OTHER_GENERATIONS:
+                operation = get(name)
+                if operation is not None:
+                    generation = type(operation) is str and operation in values
+                    break
+        input_tokens: int | None = None
+        output_tokens: int | None = None
+        to_tools = False
+        if model is not None:
+            target: str | None = model
+            found = get(_INPUT)
+            if type(found) is int and found >= 0:
+                input_tokens = found
+            found = get(_OUTPUT)
+            if type(found) is int and found >= 0:
+                output_tokens = found
+            # A span that spells either count the conventions' way spells both so (an
+            # embedding has no output): the other spellings are read only on a span with
+            # neither, and only if it carries any of them (one set operation).
+            if input_tokens is None and output_tokens is None and not _OTHER_NAMES.isdisjoint(attributes):
+                input_tokens = _first_count(get, _INPUT_TOKENS[1:])
+                output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
+            reasons = get(_FINISH_REASONS)
+            if reasons is None and _OTHER_FINISH_REASONS:
+                reasons = _first(get, _OTHER_FINISH_REASONS)
+            if reasons is not None:
+                to_tools = _answered_with_tools(reasons)
+        else:
+            target = _first_str(get, CALL_KEYS.tool_name)
+            if target is None:
+                target = _first_text(get, CALL_KEYS.data_source)
+        key = None
+        if not _ARGUMENT_KEYS.isdisjoint(attributes):
+            arguments = _first(get, _ARGUMENTS)
+            if arguments is not None:
+                key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
+        streamed = first_token_ns is not None or get(_STREAM) is True
+        if not streamed and _OTHER_STREAM:
+            streamed = any(get(name) is True for name in _OTHER_STREAM)
+        samples.append(
+            _new(
+                Sample,
+                (
+                    stage,
+                    model,
+                    start_ns,
+                    end_ns,
+                    first_token_ns,
+                    input_tokens,
+                    output_tokens,
+                    generation,
+                    streamed,
+                    to_tools,
+                    key,
+                    target,
+                ),
+            )
+        )
     if ordered:  # spans end in their own order, but one after another start in it too
         return samples
-    chosen = sorted((item for item in raw if _MODEL in item[5] or not _LEVER_KEYS.isdisjoint(item[5])), key=_RAW_ORDER)
-    return [
-        _sample(stages[stage].name, start, end, ttft, attributes) for _, stage, start, end, ttft, attributes in chosen
-    ]
+    # Rare: order the samples as their spans (the same spans, in the same order, as read).
+    chosen = [item for item in raw if _has_lever_keys(item[5])]
+    order = sorted(range(len(chosen)), key=lambda i: _RAW_ORDER(chosen[i]))
+    return [samples[i] for i in order]
+
+
+def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
+    """Whether a lever reads this span: it has a model name (a non-empty string) or any lever key."""
+    model = attributes.get(_MODEL)
+    return (type(model) is str and model != "") or not _LEVER_KEYS.isdisjoint(attributes)
 
 
 def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
@@ -223,8 +307,7 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Cal
     used: set[int] = set()
     for item in raw:
         attributes = item[5]
-        # A model name (the common case, one lookup) or any of the keys a lever reads.
-        if _MODEL in attributes or not _LEVER_KEYS.isdisjoint(attributes):
+        if _has_lever_keys(attributes):  # the same spans as _samples_of reads
             span_id, stage, start, end, ttft, _ = item
             calls.append(call_of(span_id, stages[stage].name, start, end, ttft, attributes))
             used.add(stage)
@@ -251,10 +334,18 @@ _RAW_ORDER = itemgetter(2, 3, 0)  # the same order on a RawCall
 def call_of(
     span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
 ) -> Call:
-    """Read one stage span's attributes; values of the wrong type count as absent."""
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = _sample(
-        stage, start_ns, end_ns, first_token_ns, attributes
-    )
+    """Read one stage span's attributes; values of the wrong type count as absent.
+
+    A span with no model name and no arguments is read as :func:`calls_of` gives the
+    other spans of a stage: times only.
+    """
+    found = _samples_of([(span_id, 0, start_ns, end_ns, first_token_ns, attributes)], (_Named(stage),))
+    if not found:
+        streamed = first_token_ns is not None
+        return Call(
+            span_id, stage, start_ns, end_ns, first_token_ns, None, None, None, False, streamed, False, None, None, None, None
+        )
+    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found[0]
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
@@ -280,80 +371,10 @@ def call_of(
     )
 
 
-def _sample(
-    stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
-) -> Sample:
-    """The one reading of a span's lever facts: values of the wrong type count as absent.
+class _Named(NamedTuple):
+    """A stage for :func:`_samples_of` when only its name is known."""
 
-    This runs for every stage span with a model or arguments when its root ends: the
-    semantic-convention names are read first, the other spellings only when those are
-    missing and the span has any of them (one set operation; most spans have none).
-    """
-    get: Callable[[str], object] = attributes.get
-    model = get(_MODEL)
-    if type(model) is not str or not model:
-        model = _first_str(get, _MODELS[1:])
-    # The first generation key the span carries decides. A list (replayed JSON) is
-    # unhashable: only a string can name a generation operation.
-    operation = get(_GENERATION_KEY)
-    if operation is not None:
-        generation = type(operation) is str and operation in GENERATION_OPERATIONS
-    else:
-        generation = False
-        for name, values in _OTHER_GENERATIONS:
-            operation = get(name)
-            if operation is not None:
-                generation = type(operation) is str and operation in values
-                break
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    to_tools = False
-    if model is not None:
-        target: str | None = model
-        found = get(_INPUT)
-        if type(found) is int and found >= 0:
-            input_tokens = found
-        elif not _OTHER_NAMES.isdisjoint(attributes):
-            input_tokens = _first_count(get, _INPUT_TOKENS[1:])
-        found = get(_OUTPUT)
-        if type(found) is int and found >= 0:
-            output_tokens = found
-        elif not _OTHER_NAMES.isdisjoint(attributes):
-            output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
-        reasons = get(_FINISH_REASONS)
-        if reasons is None and _OTHER_FINISH_REASONS:
-            reasons = _first(get, _OTHER_FINISH_REASONS)
-        if reasons is not None:
-            to_tools = _answered_with_tools(reasons)
-    else:
-        target = _first_str(get, CALL_KEYS.tool_name)
-        if target is None:
-            target = _first_text(get, CALL_KEYS.data_source)
-    key = None
-    if not _ARGUMENT_KEYS.isdisjoint(attributes):
-        arguments = _first(get, _ARGUMENTS)
-        if arguments is not None:
-            key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
-    streamed = first_token_ns is not None or get(_STREAM) is True
-    if not streamed and _OTHER_STREAM:
-        streamed = any(get(name) is True for name in _OTHER_STREAM)
-    return _new(
-        Sample,
-        (
-            stage,
-            model,
-            start_ns,
-            end_ns,
-            first_token_ns,
-            input_tokens,
-            output_tokens,
-            generation,
-            streamed,
-            to_tools,
-            key,
-            target,
-        ),
-    )
+    name: str
 
 
 def _first(get: Callable[[str], object], names: tuple[str, ...]) -> object:

@@ -144,11 +144,12 @@ class RecentCalls:
         it); ``True`` only that it may find something.
         """
         maybe = False
-        added: list[tuple[int | None, int | None, dict[str, _Series], _Series]] = []
-        for given in calls:
-            sample = given if given.__class__ is Sample else self._kept(given)  # a Call: the CLI's, tests'
+        added: list[tuple[Sample, dict[str, _Series], _Series]] = []
+        for sample in calls:
+            if sample.__class__ is not Sample:
+                sample = self._kept(sample)  # a Call: the CLI's, tests'
             # One unpacking, not seven reads: a NamedTuple's fields are descriptors.
-            stage, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, _ = sample
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
@@ -169,19 +170,23 @@ class RecentCalls:
                 series = models.setdefault(model, _Series())
             series.calls.append(sample)
             series.added += 1
-            added.append((input_tokens, output_tokens, models, series))
+            added.append((sample, models, series))
         if maybe:
             return True
-        for input_tokens, output_tokens, models, series in added:  # after every append: what request_levers sees
+        for sample, models, series in added:  # after every append: what request_levers sees
             if len(models) >= 2:
                 return True  # models to compare
-            stats = series.summary()
+            if not series.passed and series.added < series.decide_at:
+                # No fit passed its last test and none is due for one: no token lever,
+                # whatever the medians, which are refreshed when request_levers asks.
+                continue
+            stats = series.summary() if series.added >= series.due else series.stats
             if stats is None:
                 continue
-            median_in, median_out = stats.input_p50, stats.output_p50
-            if stats.context_fit is not None and median_in is not None and (input_tokens or 0) > median_in:
+            if stats.context_fit is not None and stats.input_p50 is not None and (sample[5] or 0) > stats.input_p50:
                 return True
-            if stats.ms_per_output_token is not None and median_out is not None and (output_tokens or 0) > median_out:
+            rate, median_out = stats.ms_per_output_token, stats.output_p50
+            if rate is not None and median_out is not None and (sample[6] or 0) > median_out:
                 return True
         return False
 
