@@ -44,7 +44,9 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
     """A span whose only spelling of a fact is this key gets that fact from it."""
     model: dict[str, object] = {} if column == "model" else {CALL_KEYS.model[-1]: "m"}
     if column in ("tool_name", "data_source"):
-        model = {}  # what a call without a model called
+        # What a call without a model called: read on a span with arguments (the only
+        # spans without a model that a lever reads, for the cache lever's targets).
+        model = {CALL_KEYS.arguments[0]: '{"id": 7}'}
     if column == "model":
         assert _read({key: "gpt"}).model == "gpt"
     elif column == "response_model":
@@ -56,9 +58,9 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
     elif column == "output_tokens":
         assert _read({**model, key: 43}).output_tokens == 43
     elif column == "tool_name":
-        assert _read({key: "lookup"}).target == "lookup"
+        assert _read({**model, key: "lookup"}).target == "lookup"
     elif column == "data_source":
-        assert _read({key: "kb"}).target == "kb"
+        assert _read({**model, key: "kb"}).target == "kb"
     elif column == "arguments":
         assert _read({**model, key: '{"q": 1}'}).key is not None
     elif column == "instructions":
@@ -130,7 +132,7 @@ def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
     raw = [(2, 0, 50, 90, None, chat), (1, 0, 10, 40, 5, other), (3, 0, 10, 30, None, dict(chat))]
     calls = RecordedCalls(raw, stages)
     assert calls  # without building them
-    (first, second) = calls.samples()  # in start order, then end: the spans with a model or arguments
+    (first, second) = calls.samples  # in start order, then end: the spans with a model or arguments
     built = [c for c in calls if c.model is not None]
     assert [(c.start_ns, c.end_ns) for c in built] == [(first.start_ns, first.end_ns), (second.start_ns, second.end_ns)]
     for sample, call in zip((first, second), built, strict=True):

@@ -6,7 +6,7 @@ the levers read turned into what they need. They are read, never written: model 
 tool names and arguments stay inside the process (arguments only as a hash, the call's
 identity for the cache lever), so nothing of them reaches an attribute or metric value.
 
-Two shapes, read by one rule (:func:`_sample`): a :class:`Sample` is what the recent-call
+Two shapes, read by one rule (:func:`recorded_calls`): a :class:`Sample` is what the recent-call
 series keep and the processor's quick test reads, made at every root's end; a
 :class:`Call` adds the response model, the provider and the span id, for people and for
 the estimates, and is made only when something asks for it (:class:`RecordedCalls`).
@@ -124,18 +124,22 @@ class Call:
 class RecordedCalls(Sequence[Call]):
     """A request's calls (as :func:`calls_of` gives them), read from its spans only when first asked for.
 
-    Made with the :meth:`samples` of its spans that have a model or arguments (what the
+    Made with the :attr:`samples` of its spans that have a model or arguments (what the
     recent-call series keep, and all most roots' ends need); the calls themselves are
     read when first iterated. Equal to any sequence of the same calls.
     """
 
-    __slots__ = ("_built", "_raw", "_samples", "_stages")
+    __slots__ = ("_built", "_raw", "_stages", "samples")
+
+    samples: list[Sample]
+    """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
 
     def __init__(self, raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> None:
+        found = recorded_calls(raw, stages)
         self._raw = raw
         self._stages = stages
         self._built: tuple[Call, ...] | None = None
-        self._samples = _samples_of(raw, stages)
+        self.samples = found.samples if found else []
 
     def calls(self) -> tuple[Call, ...]:
         built = self._built
@@ -143,12 +147,8 @@ class RecordedCalls(Sequence[Call]):
             built = self._built = calls_of(self._raw, self._stages)
         return built
 
-    def samples(self) -> list[Sample]:
-        """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
-        return self._samples
-
     def __bool__(self) -> bool:
-        return bool(self._samples)  # calls_of gives calls exactly when a span has a model or arguments
+        return bool(self.samples)  # calls_of gives calls exactly when a span has a model or arguments
 
     def __len__(self) -> int:
         return len(self.calls())
@@ -177,29 +177,14 @@ class RecordedCalls(Sequence[Call]):
 def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> RecordedCalls | tuple[()]:
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
 
-    What the root's end uses: it makes the object without a Python-level ``__init__``
-    call through the type's slot (about 1,500 instructions under callgrind).
-    """
-    samples = _samples_of(raw, stages)
-    if not samples:
-        return ()
-    calls: RecordedCalls = _object_new(RecordedCalls)
-    calls._raw = raw
-    calls._stages = stages
-    calls._built = None
-    calls._samples = samples
-    return calls
-
-
-def _samples_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> list[Sample]:
-    """The samples of the spans with a model or arguments, in start order (then end, then span id).
-
-    The one reading of a span's lever facts: values of the wrong type count as absent.
-    This runs for every stage span with a model or arguments when its root ends, so it
-    is one loop with the reading inline (a call per span costs more than the rest of
-    the reading of a span's first spellings): the semantic-convention names are read
-    first, the other spellings only when those are missing and the span has any of them
-    (one set operation; most spans have none).
+    What the root's end uses, and the one reading of a span's lever facts: values of the
+    wrong type count as absent. It runs for every stage span with a model or arguments
+    when its root ends, so it is one loop with the reading inline, and it makes the
+    object without its ``__init__``: under callgrind, each Python-level call here cost
+    about 1,000-1,500 instructions, more than the reading of a span's first spellings.
+    The semantic-convention names are read first, the other spellings only when those
+    are missing and the span has any of them (one set operation; most spans have none).
+    Samples are in start order (then end, then span id).
     """
     samples: list[Sample] = []
     last = None
@@ -280,16 +265,22 @@ def _samples_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> list[S
                 ),
             )
         )
-    if ordered:  # spans end in their own order, but one after another start in it too
-        return samples
-    # Rare: order the samples as their spans (the same spans, in the same order, as read).
-    chosen = [item for item in raw if _has_lever_keys(item[5])]
-    order = sorted(range(len(chosen)), key=lambda i: _RAW_ORDER(chosen[i]))
-    return [samples[i] for i in order]
+    if not samples:
+        return ()
+    if not ordered:  # rare: spans end in their own order, but one after another start in it too
+        chosen = [item for item in raw if _has_lever_keys(item[5])]  # the spans read, in the order read
+        order = sorted(range(len(chosen)), key=lambda i: _RAW_ORDER(chosen[i]))
+        samples = [samples[i] for i in order]
+    calls: RecordedCalls = _object_new(RecordedCalls)
+    calls._raw = raw
+    calls._stages = stages
+    calls._built = None
+    calls.samples = samples
+    return calls
 
 
 def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
-    """Whether a lever reads this span: it has a model name (a non-empty string) or any lever key."""
+    """Whether a lever reads this span (the test recorded_calls makes inline): it has a model name (a non-empty string) or any lever key."""
     model = attributes.get(_MODEL)
     return (type(model) is str and model != "") or not _LEVER_KEYS.isdisjoint(attributes)
 
@@ -307,7 +298,7 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Cal
     used: set[int] = set()
     for item in raw:
         attributes = item[5]
-        if _has_lever_keys(attributes):  # the same spans as _samples_of reads
+        if _has_lever_keys(attributes):  # the same spans as recorded_calls reads
             span_id, stage, start, end, ttft, _ = item
             calls.append(call_of(span_id, stages[stage].name, start, end, ttft, attributes))
             used.add(stage)
@@ -339,13 +330,13 @@ def call_of(
     A span with no model name and no arguments is read as :func:`calls_of` gives the
     other spans of a stage: times only.
     """
-    found = _samples_of([(span_id, 0, start_ns, end_ns, first_token_ns, attributes)], (_Named(stage),))
+    found = recorded_calls([(span_id, 0, start_ns, end_ns, first_token_ns, attributes)], (_Named(stage),))
     if not found:
         streamed = first_token_ns is not None
         return Call(
             span_id, stage, start_ns, end_ns, first_token_ns, None, None, None, False, streamed, False, None, None, None, None
         )
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found[0]
+    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found.samples[0]
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
@@ -372,7 +363,7 @@ def call_of(
 
 
 class _Named(NamedTuple):
-    """A stage for :func:`_samples_of` when only its name is known."""
+    """A stage for :func:`recorded_calls` when only its name is known."""
 
     name: str
 

@@ -144,7 +144,7 @@ class RecentCalls:
         it); ``True`` only that it may find something.
         """
         maybe = False
-        added: list[tuple[Sample, dict[str, _Series], _Series]] = []
+        pending: list[tuple[Sample, _Series]] = []  # calls whose series has fits to compare them with
         for sample in calls:
             if sample.__class__ is not Sample:
                 sample = self._kept(sample)  # a Call: the CLI's, tests'
@@ -170,16 +170,19 @@ class RecentCalls:
                 series = models.setdefault(model, _Series())
             series.calls.append(sample)
             series.added += 1
-            added.append((sample, models, series))
+            # Tested after each append, so the last of a stage's calls sees all of them (a
+            # stage's models and a series' count only grow): what request_levers will see.
+            if len(models) >= 2:
+                maybe = True  # models to compare
+            elif series.passed:
+                pending.append((sample, series))
+            elif series.added >= series.decide_at and series.decisions < MAX_DECISIONS:
+                maybe = True  # its fits are due for a test, which request_levers' reading runs
+            # Else no fit passed its last test and none is due for one: no token lever
+            # applies, whatever the medians (refreshed when request_levers asks for them).
         if maybe:
             return True
-        for sample, models, series in added:  # after every append: what request_levers sees
-            if len(models) >= 2:
-                return True  # models to compare
-            if not series.passed and series.added < series.decide_at:
-                # No fit passed its last test and none is due for one: no token lever,
-                # whatever the medians, which are refreshed when request_levers asks.
-                continue
+        for sample, series in pending:
             stats = series.summary() if series.added >= series.due else series.stats
             if stats is None:
                 continue
@@ -270,7 +273,7 @@ def add_lever_hints(
     for the other hints.
     """
     # A processor's calls are read from the spans only when request_levers needs them.
-    samples = calls.samples() if isinstance(calls, RecordedCalls) else calls
+    samples = calls.samples if calls.__class__ is RecordedCalls else calls
     if not samples or not recent.add(samples):  # this trace's own calls count too
         return ()  # and none has an identity to remember (add says True for any)
     findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms)
