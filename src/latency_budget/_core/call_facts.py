@@ -21,10 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import NamedTuple, overload
+from typing import NamedTuple, Protocol, overload
 
 from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, TOOL_CALL_FINISH_REASONS
-from latency_budget._config.model import StageBudget
 
 __all__ = [
     "GENERATION_OPERATIONS",
@@ -134,7 +133,7 @@ class RecordedCalls(Sequence[Call]):
     samples: list[Sample]
     """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
 
-    def __init__(self, raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> None:
+    def __init__(self, raw: Sequence[RawCall], stages: Sequence[_Stage]) -> None:
         found = recorded_calls(raw, stages)
         self._raw = raw
         self._stages = stages
@@ -174,7 +173,7 @@ class RecordedCalls(Sequence[Call]):
         return repr(self.calls())
 
 
-def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> RecordedCalls | tuple[()]:
+def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> RecordedCalls | tuple[()]:
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
 
     What the root's end uses, and the one reading of a span's lever facts: values of the
@@ -280,12 +279,12 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> Rec
 
 
 def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
-    """Whether a lever reads this span (the test recorded_calls makes inline): it has a model name (a non-empty string) or any lever key."""
+    """Whether a lever reads this span (recorded_calls' test): a model name (a non-empty string) or any lever key."""
     model = attributes.get(_MODEL)
     return (type(model) is str and model != "") or not _LEVER_KEYS.isdisjoint(attributes)
 
 
-def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Call, ...]:
+def calls_of(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> tuple[Call, ...]:
     """The calls a lever can use, in start order (then end, then span id).
 
     Those are the stage spans with a model or arguments, and the other spans of their
@@ -309,10 +308,7 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[StageBudget]) -> tuple[Cal
     for span_id, stage, start, end, ttft, _ in others:
         if stage in used:
             name = stages[stage].name
-            streamed = ttft is not None
-            calls.append(
-                Call(span_id, name, start, end, ttft, None, None, None, False, streamed, False, None, None, None, None)
-            )
+            calls.append(_untyped_call(span_id, name, start, end, ttft))
     if len(calls) > 1:
         calls.sort(key=_ORDER)
     return tuple(calls)
@@ -332,10 +328,7 @@ def call_of(
     """
     found = recorded_calls([(span_id, 0, start_ns, end_ns, first_token_ns, attributes)], (_Named(stage),))
     if not found:
-        streamed = first_token_ns is not None
-        return Call(
-            span_id, stage, start_ns, end_ns, first_token_ns, None, None, None, False, streamed, False, None, None, None, None
-        )
+        return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
     (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found.samples[0]
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
@@ -362,10 +355,39 @@ def call_of(
     )
 
 
+def _untyped_call(span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None) -> Call:
+    """A stage span that no lever reads (no model, no arguments): its times only."""
+    streamed = first_token_ns is not None
+    return Call(
+        span_id,
+        stage,
+        start_ns,
+        end_ns,
+        first_token_ns,
+        None,
+        None,
+        None,
+        False,
+        streamed,
+        False,
+        None,
+        None,
+        None,
+        None,
+    )
+
+
 class _Named(NamedTuple):
     """A stage for :func:`recorded_calls` when only its name is known."""
 
     name: str
+
+
+class _Stage(Protocol):
+    """What :func:`recorded_calls` reads of a stage: its name."""
+
+    @property
+    def name(self) -> str: ...
 
 
 def _first(get: Callable[[str], object], names: tuple[str, ...]) -> object:

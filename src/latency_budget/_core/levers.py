@@ -134,24 +134,26 @@ def summarise(
     # a series' recent calls at each refresh, and a loop reading each call's fields cost
     # about 4,400 instructions per call (callgrind), the columns about a quarter of that.
     try:  # samples (the processor's) are tuples: transposed in one call
-        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _ = zip(*calls)
+        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _ = zip(
+            *calls, strict=True
+        )
     except (TypeError, ValueError):  # calls (the CLI's), or none
         starts, ends, ttfts, inputs_col, outputs_col, generation_col, tools_col = (
             tuple(map(getter, calls)) for getter in _CALL_COLUMNS
         )
-    durations = [(end - start) / 1e6 if end > start else 0.0 for start, end in zip(starts, ends)]
+    durations = [(end - start) / 1e6 if end > start else 0.0 for start, end in zip(starts, ends, strict=True)]
     first_tokens = [ttft / 1e6 for ttft in ttfts if ttft is not None]
     inputs = [tokens for tokens in inputs_col if tokens is not None]
     # Output for the user (not tool calls): what a shorter answer would shorten.
     outputs = [
         out
-        for out, generation, to_tools in zip(outputs_col, generation_col, tools_col)
+        for out, generation, to_tools in zip(outputs_col, generation_col, tools_col, strict=True)
         if out is not None and generation and not to_tools
     ]
     by_input: list[tuple[float, float]] = []
     first_by_input: list[tuple[float, float]] = []
     if "duration" in fits or "first_token" in fits:
-        for tokens, duration, ttft in zip(inputs_col, durations, ttfts):
+        for tokens, duration, ttft in zip(inputs_col, durations, ttfts, strict=True):
             if tokens is not None:
                 by_input.append((tokens, duration))
                 if ttft is not None:
@@ -160,7 +162,9 @@ def summarise(
     rates: list[float] = []
     generating: list[tuple[float, float]] = []  # (output tokens, generation time), streamed calls
     if "output" in fits or "rate" in fits:
-        for out, duration, ttft, generation, to_tools in zip(outputs_col, durations, ttfts, generation_col, tools_col):
+        for out, duration, ttft, generation, to_tools in zip(
+            outputs_col, durations, ttfts, generation_col, tools_col, strict=True
+        ):
             if out is None or not generation:
                 continue
             if ttft is not None and out > 0 and duration >= (first := ttft / 1e6):

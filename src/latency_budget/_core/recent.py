@@ -145,9 +145,8 @@ class RecentCalls:
         """
         maybe = False
         pending: list[tuple[Sample, _Series]] = []  # calls whose series has fits to compare them with
-        for sample in calls:
-            if sample.__class__ is not Sample:
-                sample = self._kept(sample)  # a Call: the CLI's, tests'
+        for given in calls:
+            sample = given if given.__class__ is Sample else self._kept(given)  # a Call: the CLI's, tests'
             # One unpacking, not seven reads: a NamedTuple's fields are descriptors.
             stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
             if key is not None:
