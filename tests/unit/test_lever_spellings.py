@@ -22,7 +22,7 @@ from latency_budget._config.genai_defaults import (
 )
 from latency_budget._config.model import StageBudget
 from latency_budget._core import call_facts
-from latency_budget._core.call_facts import RecordedCalls, call_of
+from latency_budget._core.call_facts import SAMPLE_FIELDS, RecordedCalls, call_of, sample_of
 
 # (dialect, column, key) for every spelling of the table.
 SPELLINGS = [
@@ -134,10 +134,11 @@ def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
     assert calls  # without building them
     (first, second) = calls.samples  # in start order, then end: the spans with a model or arguments
     built = [c for c in calls if c.model is not None]
-    assert [(c.start_ns, c.end_ns) for c in built] == [(first.start_ns, first.end_ns), (second.start_ns, second.end_ns)]
+    assert [(c.start_ns, c.end_ns) for c in built] == [(first[2], first[3]), (second[2], second[3])]
     for sample, call in zip((first, second), built, strict=True):
-        for field in sample._fields:
-            assert getattr(sample, field) == getattr(call, field), field
+        assert sample == sample_of(call)
+        for index, field in enumerate(SAMPLE_FIELDS):
+            assert sample[index] == getattr(call, field), field
     assert len(calls) == 3
     assert calls == tuple(calls)
     assert not RecordedCalls([(1, 0, 10, 40, None, other)], stages)

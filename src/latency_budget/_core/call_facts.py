@@ -27,6 +27,7 @@ from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATIO
 
 __all__ = [
     "GENERATION_OPERATIONS",
+    "SAMPLE_FIELDS",
     "Call",
     "RawCall",
     "RecordedCalls",
@@ -34,6 +35,7 @@ __all__ = [
     "call_of",
     "calls_of",
     "recorded_calls",
+    "sample_of",
 ]
 
 # (span id, stage index, start ns, end ns, time to first token ns or None, the span's attributes)
@@ -60,30 +62,31 @@ _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these ca
 # The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = TOOL_CALL_FINISH_REASONS  # the one list, shared with the first-token rule (first_token.py)
-_new = tuple.__new__  # a NamedTuple's own __new__ is a Python-level call: see Sample
 _object_new = object.__new__
 
 
-class Sample(NamedTuple):
-    """What the recent-call series keep of one call, and the processor's quick test reads.
-
-    The fields mean what :class:`Call`'s of the same name mean. Built with
-    ``tuple.__new__``: at every root's end, for every stage span with a model or
-    arguments, where the class's own ``__new__`` (a Python-level call) would cost more.
-    """
-
-    stage: str
-    model: str | None
-    start_ns: int
-    end_ns: int
-    first_token_ns: int | None
-    input_tokens: int | None
-    output_tokens: int | None
-    generation: bool
-    streamed: bool
-    to_tools: bool
-    key: int | None
-    target: str | None
+# What the recent-call series keep of one call, and the processor's quick test reads: a
+# plain tuple, laid out as SAMPLE_FIELDS, whose fields mean what Call's of the same name
+# mean. Not a NamedTuple: made at every root's end for every stage span with a model or
+# arguments, and under callgrind a NamedTuple cost about 1,500 instructions more each
+# (through tuple.__new__; its own __new__, a Python-level call, about 3,300 more).
+Sample = tuple[
+    str, "str | None", int, int, "int | None", "int | None", "int | None", bool, bool, bool, "int | None", "str | None"
+]
+SAMPLE_FIELDS = (
+    "stage",
+    "model",
+    "start_ns",
+    "end_ns",
+    "first_token_ns",
+    "input_tokens",
+    "output_tokens",
+    "generation",
+    "streamed",
+    "to_tools",
+    "key",
+    "target",
+)
 
 
 @dataclass(slots=True)
@@ -246,22 +249,19 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
         if not streamed and _OTHER_STREAM:
             streamed = any(get(name) is True for name in _OTHER_STREAM)
         samples.append(
-            _new(
-                Sample,
-                (
-                    stage,
-                    model,
-                    start_ns,
-                    end_ns,
-                    first_token_ns,
-                    input_tokens,
-                    output_tokens,
-                    generation,
-                    streamed,
-                    to_tools,
-                    key,
-                    target,
-                ),
+            (
+                stage,
+                model,
+                start_ns,
+                end_ns,
+                first_token_ns,
+                input_tokens,
+                output_tokens,
+                generation,
+                streamed,
+                to_tools,
+                key,
+                target,
             )
         )
     if not samples:
@@ -352,6 +352,24 @@ def call_of(
         output_tokens,
         key,
         target,
+    )
+
+
+def sample_of(call: Call) -> Sample:
+    """The sample of ``call``: what the series keep of it."""
+    return (
+        call.stage,
+        call.model,
+        call.start_ns,
+        call.end_ns,
+        call.first_token_ns,
+        call.input_tokens,
+        call.output_tokens,
+        call.generation,
+        call.streamed,
+        call.to_tools,
+        call.key,
+        call.target,
     )
 
 

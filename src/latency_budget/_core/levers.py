@@ -107,7 +107,7 @@ class ModelStats:
     rate_from: Literal["streamed", "fit"] | None
 
 
-# The columns summarise reads of a Call (a Sample is unpacked by position).
+# The columns summarise reads of a Call (a Sample, a tuple, is transposed by position).
 _CALL_COLUMNS = tuple(
     attrgetter(name)
     for name in ("start_ns", "end_ns", "first_token_ns", "input_tokens", "output_tokens", "generation", "to_tools")

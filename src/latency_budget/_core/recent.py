@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from latency_budget import _guard
 from latency_budget._config.model import BudgetSet
-from latency_budget._core.call_facts import Call, RecordedCalls, Sample
+from latency_budget._core.call_facts import Call, RecordedCalls, Sample, sample_of
 from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
 from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
@@ -146,7 +146,7 @@ class RecentCalls:
         maybe = False
         pending: list[tuple[Sample, _Series]] = []  # calls whose series has fits to compare them with
         for given in calls:
-            sample = given if given.__class__ is Sample else self._kept(given)  # a Call: the CLI's, tests'
+            sample = given if given.__class__ is tuple else self._kept(given)  # a Call: the CLI's, tests'
             # One unpacking, not seven reads: a NamedTuple's fields are descriptors.
             stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
             if key is not None:
@@ -155,7 +155,7 @@ class RecentCalls:
                 continue
             if len(model) > MAX_NAME_CHARS:
                 sample = self._kept(sample)
-                model = sample.model or ""
+                model = sample[1] or ""
             if generation and not streamed and not to_tools:
                 maybe = True  # a streaming candidate
             models = self._series.get(stage)
@@ -194,21 +194,8 @@ class RecentCalls:
 
     def _kept(self, call: Sample | Call) -> Sample:
         """The sample of ``call`` to keep, its names at most MAX_NAME_CHARS long (a cut is logged once, counted)."""
-        model, target = call.model, call.target
-        sample = Sample(
-            call.stage,
-            model,
-            call.start_ns,
-            call.end_ns,
-            call.first_token_ns,
-            call.input_tokens,
-            call.output_tokens,
-            call.generation,
-            call.streamed,
-            call.to_tools,
-            call.key,
-            target,
-        )
+        sample = call if isinstance(call, tuple) else sample_of(call)
+        model, target = sample[1], sample[11]
         if (model is None or len(model) <= MAX_NAME_CHARS) and (target is None or len(target) <= MAX_NAME_CHARS):
             return sample
         self.cut += 1
@@ -221,14 +208,15 @@ class RecentCalls:
                 MAX_NAME_CHARS,
             )
         kept = _cut(model)
-        return sample._replace(model=kept, target=kept if target is model else _cut(target))
+        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target))
 
     def remember(self, calls: Sequence[Sample | Call]) -> None:
         """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
         keys = self._keys
         for call in calls:
-            if call.key is not None:
-                keys[call.key] = None
+            key = call[10] if isinstance(call, tuple) else call.key
+            if key is not None:
+                keys[key] = None
         while len(keys) > MAX_KEYS:
             try:
                 del keys[next(iter(keys))]
