@@ -83,10 +83,11 @@ def _decision_z(decision: int) -> float:
 class _Series:
     """The recent calls of one model in one stage, and their statistics."""
 
-    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "stats")
+    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "shared", "stats")
 
     def __init__(self) -> None:
         self.calls: deque[Sample] = deque(maxlen=WINDOW)
+        self.shared = False  # its stage has calls of another model too (set when the second model comes)
         self.added = 0
         self.due = 1
         self.stats: ModelStats | None = None
@@ -145,33 +146,28 @@ class RecentCalls:
         """
         maybe = False
         pending: list[tuple[Sample, _Series]] = []  # calls whose series has fits to compare them with
+        series_of = self._series
         for given in calls:
             sample = given if given.__class__ is tuple else self._kept(given)  # a Call: the CLI's, tests'
-            # One unpacking, not seven reads: a NamedTuple's fields are descriptors.
             stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
                 continue
-            if len(model) > MAX_NAME_CHARS:
-                sample = self._kept(sample)
-                model = sample[1] or ""
             if generation and not streamed and not to_tools:
                 maybe = True  # a streaming candidate
-            models = self._series.get(stage)
-            if models is None:
-                models = self._series.setdefault(stage, {})
-            series = models.get(model)
-            if series is None:
-                if self._count >= MAX_SERIES:
+            models = series_of.get(stage)
+            series = models.get(model) if models is not None else None
+            if series is None:  # a new series, or a name to cut (rare)
+                found = self._series_for(sample)
+                if found is None:
                     continue
-                self._count += 1
-                series = models.setdefault(model, _Series())
+                sample, series = found
             series.calls.append(sample)
             series.added += 1
             # Tested after each append, so the last of a stage's calls sees all of them (a
             # stage's models and a series' count only grow): what request_levers will see.
-            if len(models) >= 2:
+            if series.shared:
                 maybe = True  # models to compare
             elif series.passed:
                 pending.append((sample, series))
@@ -191,6 +187,24 @@ class RecentCalls:
             if rate is not None and median_out is not None and (sample[6] or 0) > median_out:
                 return True
         return False
+
+    def _series_for(self, sample: Sample) -> tuple[Sample, _Series] | None:
+        """The sample to keep (its names cut) and its series, made if new; ``None`` past MAX_SERIES."""
+        sample = self._kept(sample)
+        stage, model = sample[0], sample[1] or ""
+        models = self._series.get(stage)
+        if models is None:
+            models = self._series.setdefault(stage, {})
+        series = models.get(model)
+        if series is None:
+            if self._count >= MAX_SERIES:
+                return None
+            self._count += 1
+            series = models.setdefault(model, _Series())
+            if len(models) >= 2:
+                for other in list(models.values()):
+                    other.shared = True
+        return sample, series
 
     def _kept(self, call: Sample | Call) -> Sample:
         """The sample of ``call`` to keep, its names at most MAX_NAME_CHARS long (a cut is logged once, counted)."""
