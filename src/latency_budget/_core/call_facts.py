@@ -356,21 +356,11 @@ def call_of(
 
 
 def sample_of(call: Call) -> Sample:
-    """The sample of ``call``: what the series keep of it."""
-    return (
-        call.stage,
-        call.model,
-        call.start_ns,
-        call.end_ns,
-        call.first_token_ns,
-        call.input_tokens,
-        call.output_tokens,
-        call.generation,
-        call.streamed,
-        call.to_tools,
-        call.key,
-        call.target,
-    )
+    """The sample of ``call``: what the series keep of it (its fields named by SAMPLE_FIELDS)."""
+    return _SAMPLE_OF(call)
+
+
+_SAMPLE_OF = attrgetter(*SAMPLE_FIELDS)
 
 
 def _untyped_call(span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None) -> Call:
