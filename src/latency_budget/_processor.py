@@ -32,9 +32,7 @@ from latency_budget._config.genai_defaults import AI_KEYS, MODEL_KEYS, looks_lik
 from latency_budget._config.model import DEFAULT_PROFILE, BudgetSet
 from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import root_annotation, stage_span_attributes
-from latency_budget._core.call_facts import Call
-from latency_budget._core.hints import Hint
-from latency_budget._core.recent import RecentCalls, add_lever_hints
+from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._sdk_internals import (
@@ -136,7 +134,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._max_spans = max_spans_per_trace
         self._table = TraceTable(max_active_traces, int(idle_ttl_s * 1e9))
         self._unstaged_ai = 0
-        self._recent = RecentCalls()  # what lever hints are estimated from (bounded)
+        self._recent = RecentCalls(on_error=partial(_guard.log_internal_error, "lever hints"))  # bounded
         self._by_trace = self._table.by_trace  # read on every span, with no call and no lock
         self._shutdown = False
         if hasattr(os, "register_at_fork"):
@@ -393,20 +391,10 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.truncated:
             self._table.count_truncated()
         name, _, _, start, end, _ = ended
-        levers = partial(self._lever_hints, state.names, state.budgets)  # one Python frame fewer than a lambda
+        levers = partial(self._recent.lever_hints, state.names, state.budgets)  # one Python frame: never raises
         report = state.report(start, end, trace_id=state.trace_id, root_name=name, levers=levers)
         root_extra, events = root_annotation(state, report, stage, *ended)
         return annotated_copy(root, root_extra, events), report
-
-    def _lever_hints(
-        self, names: Mapping[int, str], budgets: BudgetSet, calls: Sequence[Call], draft: TraceReport
-    ) -> tuple[Hint, ...]:
-        """The lever hints recent calls give an estimate for (none when estimating fails: the verdict stands)."""
-        try:
-            return add_lever_hints(self._recent, calls, budgets, draft, names)
-        except Exception as exc:
-            _guard.log_internal_error("lever hints", exc)
-            return ()
 
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.

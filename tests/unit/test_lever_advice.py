@@ -6,7 +6,7 @@ import random
 
 from latency_budget import _attributes as attr
 from latency_budget import load_budgets
-from latency_budget._core.call_facts import Call
+from latency_budget._core.call_facts import Call, sample_of
 from latency_budget._core.estimators import rank_test
 from latency_budget._core.levers import RecordedBaseline
 from latency_budget._core.recent import WINDOW, RecentCalls
@@ -95,7 +95,7 @@ def test_in_process_false_fits_are_as_rare_as_reports_on_null_data() -> None:
         recent = RecentCalls()
         ever = {"context": False, "output": False}
         for call in calls:
-            recent.add([call])
+            recent.add([sample_of(call)])
             stats = recent.stats("model_call", call.model or "")
             assert stats is not None
             ever["context"] |= stats.context_fit is not None

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.accounting import union_length
-from latency_budget._core.call_facts import Call
+from latency_budget._core.call_facts import Call, sample_of
 from latency_budget._core.estimators import shrunk_saving_ns, theil_sen
 from latency_budget._core.levers import LEVER_KINDS, RecordedBaseline, request_levers
 from latency_budget._core.recent import RecentCalls
@@ -222,8 +222,8 @@ def test_the_processors_quick_test_never_skips_a_lever(request: list[Call], hist
     """When the recent calls say no lever can apply, request_levers indeed finds none (the skip is safe)."""
     recent = RecentCalls()
     for earlier in history:
-        recent.add(earlier)
-        recent.remember(earlier)
-    maybe = recent.add(request)
+        recent.add([sample_of(c) for c in earlier])
+        recent.remember([sample_of(c) for c in earlier])
+    maybe = recent.add([sample_of(c) for c in request])
     found = request_levers(request, report_for(request), recent)
     assert maybe or found == []

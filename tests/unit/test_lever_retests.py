@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from latency_budget._core.call_facts import Call
+from latency_budget._core.call_facts import Call, sample_of
 from latency_budget._core.levers import summarise
 from latency_budget._core.recent import FIT_POINTS, MAX_DECISIONS, RETEST, WINDOW, RecentCalls
 
@@ -17,7 +17,7 @@ def test_a_series_past_its_last_test_still_gives_statistics() -> None:
     calls = WINDOW + (MAX_DECISIONS + 10) * RETEST
     for index in range(calls):
         start = index * 10.0
-        recent.add([call(start, start + 100 + index % 7, model="gpt", ttft=20, inp=500 + index % 11)])
+        recent.add([sample_of(call(start, start + 100 + index % 7, model="gpt", ttft=20, inp=500 + index % 11))])
     stats = recent.stats("model_call", "gpt")
     assert stats is not None
     assert stats.n == WINDOW
@@ -39,7 +39,7 @@ def test_a_fit_that_passed_must_pass_again_at_the_next_refresh() -> None:
     the test's own level, and stays off, as report would find no fit on that window either."""
     recent = RecentCalls()
     for c in _context_calls(0, 0.05, None):
-        recent.add([c])
+        recent.add([sample_of(c)])
     stats = recent.stats("model_call", "m")
     assert stats is not None
     assert stats.context_fit is not None  # tested once the window is full: passed
@@ -47,13 +47,13 @@ def test_a_fit_that_passed_must_pass_again_at_the_next_refresh() -> None:
     assert summarise(weak, max_fit_points=FIT_POINTS, z=0.0).duration_fit is not None  # a positive slope alone
     assert summarise(weak).duration_fit is None  # what report says of these calls
     for c in weak:
-        recent.add([c])
+        recent.add([sample_of(c)])
     stats = recent.stats("model_call", "m")
     assert stats is not None
     assert stats.n == WINDOW  # the window holds the weak calls only
     assert stats.context_fit is None
     for c in _context_calls(2 * WINDOW, 0.05, None):  # the growth is back: off until the next test
-        recent.add([c])
+        recent.add([sample_of(c)])
     stats = recent.stats("model_call", "m")
     assert stats is not None
     assert stats.context_fit is None

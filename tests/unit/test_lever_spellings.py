@@ -43,6 +43,8 @@ def _read(attributes: dict[str, object], *, ttft: int | None = None) -> call_fac
 def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str) -> None:
     """A span whose only spelling of a fact is this key gets that fact from it."""
     model: dict[str, object] = {} if column == "model" else {CALL_KEYS.model[-1]: "m"}
+    if column in ("output_tokens", "stream", "finish_reasons"):
+        model.update(_GENERATION)  # read of generation calls only (see the test below)
     if column in ("tool_name", "data_source"):
         # What a call without a model called: read on a span with arguments (the only
         # spans without a model that a lever reads, for the cache lever's targets).
@@ -77,6 +79,26 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         assert not _read({**model, key: ("stop",)}).to_tools
     else:  # a new column: say how it is read here
         pytest.fail(f"{source}: column {column!r} of CallKeys has no test")
+
+
+# A chat call, in the conventions' spelling: what makes a span a generation call.
+_GENERATION = {GENERATION_VALUES[0][0]: sorted(GENERATION_VALUES[0][1])[0]}
+
+
+def test_output_streaming_and_finish_reasons_are_read_of_generation_calls_only() -> None:
+    """Only a generation's levers (streaming, output length) read them: another call's are not read."""
+    facts = {CALL_KEYS.model[0]: "m", CALL_KEYS.output_tokens[0]: 43, CALL_KEYS.stream[0]: True}
+    facts[CALL_KEYS.finish_reasons[0]] = (sorted(TOOL_CALL_FINISH_REASONS)[0],)
+    generation = _read({**facts, **_GENERATION})
+    assert (generation.generation, generation.output_tokens, generation.streamed, generation.to_tools) == (
+        True,
+        43,
+        True,
+        True,
+    )
+    other = _read({**facts, GENERATION_VALUES[0][0]: "embeddings"})
+    assert (other.generation, other.output_tokens, other.streamed, other.to_tools) == (False, None, False, False)
+    assert _read({**facts, GENERATION_VALUES[0][0]: "embeddings"}, ttft=5).streamed  # a first token still counts
 
 
 def test_the_merged_columns_keep_the_table_order_without_repeats() -> None:

@@ -96,7 +96,10 @@ class Call:
     ``generation`` is a chat or completion call (its output can be streamed);
     ``streamed`` says it streamed (``gen_ai.request.stream`` true, or a first token
     recorded); ``to_tools`` that it answered with tool calls, so its output was not for
-    the user. ``key`` identifies identical calls (same stage, target and arguments) and
+    the user. Only a generation's levers (streaming, output length) read its output
+    tokens, stream flag and finish reasons, so only a generation call's are read: on
+    another call they are ``None`` and ``False`` (a first token recorded still makes it
+    ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
     is ``None`` when the span carries no arguments. ``target`` is what was called: a
     model, a tool or a data source, for people only.
     """
@@ -208,34 +211,36 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
         if operation is not None:
             generation = type(operation) is str and operation in GENERATION_OPERATIONS
         else:
-            generation = False
-            for name, values in _OTHER_GENERATIONS:
-                operation = get(name)
-                if operation is not None:
-                    generation = type(operation) is str and operation in values
-                    break
+            generation = _other_generation(get)
         input_tokens: int | None = None
         output_tokens: int | None = None
         to_tools = False
+        streamed = first_token_ns is not None
         if model is not None:
             target: str | None = model
             found = get(_INPUT)
             if type(found) is int and found >= 0:
                 input_tokens = found
-            found = get(_OUTPUT)
-            if type(found) is int and found >= 0:
-                output_tokens = found
+            if generation:
+                # What only a generation's levers read (streaming, output length): its
+                # output, whether it streamed and whether it answered with tool calls.
+                found = get(_OUTPUT)
+                if type(found) is int and found >= 0:
+                    output_tokens = found
+                reasons = get(_FINISH_REASONS)
+                if reasons is None and _OTHER_FINISH_REASONS:
+                    reasons = _first(get, _OTHER_FINISH_REASONS)
+                if reasons is not None:
+                    to_tools = _answered_with_tools(reasons)
+                if not streamed:
+                    streamed = get(_STREAM) is True or (bool(_OTHER_STREAM) and _any_true(get, _OTHER_STREAM))
             # A span that spells either count the conventions' way spells both so (an
             # embedding has no output): the other spellings are read only on a span with
             # neither, and only if it carries any of them (one set operation).
             if input_tokens is None and output_tokens is None and not _OTHER_NAMES.isdisjoint(attributes):
                 input_tokens = _first_count(get, _INPUT_TOKENS[1:])
-                output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
-            reasons = get(_FINISH_REASONS)
-            if reasons is None and _OTHER_FINISH_REASONS:
-                reasons = _first(get, _OTHER_FINISH_REASONS)
-            if reasons is not None:
-                to_tools = _answered_with_tools(reasons)
+                if generation:
+                    output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
         else:
             target = _first_str(get, CALL_KEYS.tool_name)
             if target is None:
@@ -245,9 +250,6 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
             arguments = _first(get, _ARGUMENTS)
             if arguments is not None:
                 key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
-        streamed = first_token_ns is not None or get(_STREAM) is True
-        if not streamed and _OTHER_STREAM:
-            streamed = any(get(name) is True for name in _OTHER_STREAM)
         samples.append(
             (
                 stage,
@@ -267,15 +269,33 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
     if not samples:
         return ()
     if not ordered:  # rare: spans end in their own order, but one after another start in it too
-        chosen = [item for item in raw if _has_lever_keys(item[5])]  # the spans read, in the order read
-        order = sorted(range(len(chosen)), key=lambda i: _RAW_ORDER(chosen[i]))
-        samples = [samples[i] for i in order]
+        samples = _in_start_order(raw, samples)
     calls: RecordedCalls = _object_new(RecordedCalls)
     calls._raw = raw
     calls._stages = stages
     calls._built = None
     calls.samples = samples
     return calls
+
+
+def _other_generation(get: Callable[[str], object]) -> bool:
+    """Whether the other dialects' first generation key the span carries names a generation operation."""
+    for name, values in _OTHER_GENERATIONS:
+        operation = get(name)
+        if operation is not None:
+            return type(operation) is str and operation in values
+    return False
+
+
+def _any_true(get: Callable[[str], object], names: tuple[str, ...]) -> bool:
+    return any(get(name) is True for name in names)
+
+
+def _in_start_order(raw: Sequence[RawCall], samples: list[Sample]) -> list[Sample]:
+    """``samples`` (of the spans of ``raw`` a lever reads, in that order) by start, then end, then span id."""
+    chosen = [item for item in raw if _has_lever_keys(item[5])]
+    order = sorted(range(len(chosen)), key=lambda i: _RAW_ORDER(chosen[i]))
+    return [samples[i] for i in order]
 
 
 def _has_lever_keys(attributes: Mapping[str, object]) -> bool:

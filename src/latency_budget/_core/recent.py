@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from latency_budget import _guard
 from latency_budget._config.model import BudgetSet
@@ -49,7 +49,6 @@ __all__ = [
     "WINDOW",
     "WINDOW_BYTES",
     "RecentCalls",
-    "add_lever_hints",
 ]
 
 WINDOW = 64  # calls remembered per model and stage
@@ -131,25 +130,64 @@ class RecentCalls:
     ``cut`` counts the calls whose names were cut.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_error: Callable[[Exception], object] | None = None) -> None:
         self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
         self._count = 0
         self._keys: dict[int, None] = {}  # oldest first
         self.cut = 0
+        self._on_error = on_error  # told of an estimate that failed (lever_hints never raises)
 
-    def add(self, calls: Sequence[Sample | Call]) -> bool:
-        """Remember the model calls among ``calls`` (samples, as the processor gives; calls are kept as samples).
+    def lever_hints(
+        self, names: Mapping[int, str], budgets: BudgetSet, calls: Sequence[Call], report: TraceReport
+    ) -> tuple[Hint, ...]:
+        """Remember ``calls`` (a request's, see ``RecordedCalls``); a hint per lever recent calls give an estimate for.
+
+        ``names`` (span id -> name) names the spans of each hint, as for the other hints;
+        ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is
+        the request's judged report. Bound to a root with ``partial``, this is the
+        ``levers`` that ``evaluate`` calls, one Python frame (under callgrind a frame is
+        about 1,000-1,500 instructions, at every root's end). It never raises: an estimate
+        that fails goes to ``on_error`` and gives no hint, and the verdict stands.
+        """
+        try:
+            # A processor's calls are read from the spans only when request_levers needs them.
+            samples = calls.samples if calls.__class__ is RecordedCalls else [sample_of(c) for c in calls]
+            if not samples or not self.add(samples):  # this trace's own calls count too
+                return ()  # and none has an identity to remember (add says True for any)
+            findings = request_levers(calls, report, self, min_saving_ms=budgets.min_saving_ms)
+            self.remember(samples)  # after: "an earlier request" is strictly earlier
+            if not findings:
+                return ()
+            return tuple(
+                Hint(
+                    f.kind,
+                    f.stage,
+                    f.spans,
+                    f.saving_ms,
+                    f.span_ids[:NAMED_SPANS],
+                    tuple(names.get(span_id, "") for span_id in f.span_ids[:NAMED_SPANS]),
+                    f.basis,
+                )
+                for f in findings
+                if f.saving_ms is not None and f.saving_ms > 0
+            )
+        except Exception as exc:
+            if self._on_error is not None:
+                self._on_error(exc)
+            return ()
+
+    def add(self, samples: Sequence[Sample]) -> bool:
+        """Remember the model calls among ``samples`` (``sample_of`` makes one of a ``Call``).
 
         ``False`` means that :func:`~latency_budget._core.levers.request_levers` would
         find nothing (a cheap test on what the recent calls say, so that most roots skip
         it); ``True`` only that it may find something.
         """
         maybe = False
-        pending: list[tuple[Sample, _Series]] = []  # calls whose series has fits to compare them with
+        pending: list[tuple[Sample, _Series]] | None = None  # calls whose series has fits to compare them with
         series_of = self._series
-        for given in calls:
-            sample = given if given.__class__ is tuple else self._kept(given)  # a Call: the CLI's, tests'
-            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
+        for given in samples:
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = given
             if key is not None:
                 maybe = True
             if model is None:
@@ -158,8 +196,9 @@ class RecentCalls:
                 maybe = True  # a streaming candidate
             models = series_of.get(stage)
             series = models.get(model) if models is not None else None
+            sample = given
             if series is None:  # a new series, or a name to cut (rare)
-                found = self._series_for(sample)
+                found = self._series_for(given)
                 if found is None:
                     continue
                 sample, series = found
@@ -170,13 +209,15 @@ class RecentCalls:
             if series.shared:
                 maybe = True  # models to compare
             elif series.passed:
+                if pending is None:
+                    pending = []
                 pending.append((sample, series))
             elif series.added >= series.decide_at and series.decisions < MAX_DECISIONS:
                 maybe = True  # its fits are due for a test, which request_levers' reading runs
             # Else no fit passed its last test and none is due for one: no token lever
             # applies, whatever the medians (refreshed when request_levers asks for them).
-        if maybe:
-            return True
+        if maybe or pending is None:
+            return maybe
         for sample, series in pending:
             stats = series.summary() if series.added >= series.due else series.stats
             if stats is None:
@@ -206,9 +247,8 @@ class RecentCalls:
                     other.shared = True
         return sample, series
 
-    def _kept(self, call: Sample | Call) -> Sample:
-        """The sample of ``call`` to keep, its names at most MAX_NAME_CHARS long (a cut is logged once, counted)."""
-        sample = call if isinstance(call, tuple) else sample_of(call)
+    def _kept(self, sample: Sample) -> Sample:
+        """The sample to keep, its names at most MAX_NAME_CHARS long (a cut is logged once, counted)."""
         model, target = sample[1], sample[11]
         if (model is None or len(model) <= MAX_NAME_CHARS) and (target is None or len(target) <= MAX_NAME_CHARS):
             return sample
@@ -224,11 +264,11 @@ class RecentCalls:
         kept = _cut(model)
         return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target))
 
-    def remember(self, calls: Sequence[Sample | Call]) -> None:
-        """Remember the identities of ``calls``, for later requests (the oldest are forgotten first)."""
+    def remember(self, samples: Sequence[Sample]) -> None:
+        """Remember the identities of ``samples``, for later requests (the oldest are forgotten first)."""
         keys = self._keys
-        for call in calls:
-            key = call[10] if isinstance(call, tuple) else call.key
+        for sample in samples:
+            key = sample[10]
             if key is not None:
                 keys[key] = None
         while len(keys) > MAX_KEYS:
@@ -258,41 +298,3 @@ class RecentCalls:
 
 def _cut(name: str | None) -> str | None:
     return name[:MAX_NAME_CHARS] if name is not None and len(name) > MAX_NAME_CHARS else name
-
-
-def add_lever_hints(
-    recent: RecentCalls,
-    calls: Sequence[Call],
-    budgets: BudgetSet,
-    report: TraceReport,
-    names: Mapping[int, str] | None = None,
-) -> tuple[Hint, ...]:
-    """Remember ``calls`` (a request's, see ``RecordedCalls``); a hint per lever that recent calls give an estimate for.
-
-    ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is the
-    request's judged report; ``names`` (span id -> name) names the spans of each hint, as
-    for the other hints.
-    """
-    # A processor's calls are read from the spans only when request_levers needs them.
-    samples = calls.samples if calls.__class__ is RecordedCalls else calls
-    if not samples or not recent.add(samples):  # this trace's own calls count too
-        return ()  # and none has an identity to remember (add says True for any)
-    findings = request_levers(calls, report, recent, min_saving_ms=budgets.min_saving_ms)
-    recent.remember(samples)  # after: "an earlier request" is strictly earlier
-    if not findings:
-        return ()
-    known = names if names is not None else {}
-    hints = tuple(
-        Hint(
-            f.kind,
-            f.stage,
-            f.spans,
-            f.saving_ms,
-            f.span_ids[:NAMED_SPANS],
-            tuple(known.get(span_id, "") for span_id in f.span_ids[:NAMED_SPANS]),
-            f.basis,
-        )
-        for f in findings
-        if f.saving_ms is not None and f.saving_ms > 0
-    )
-    return hints

@@ -10,18 +10,16 @@ span changes. A root that already carries a verdict (judged in process) is left 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal, cast
 
 from latency_budget import _attributes as attr
-from latency_budget._config.model import BudgetConfig, BudgetSet
+from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
 from latency_budget._core.annotate import root_annotation
-from latency_budget._core.call_facts import Call
-from latency_budget._core.hints import Hint
-from latency_budget._core.recent import RecentCalls, add_lever_hints
+from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._replay import judge_roots
@@ -51,7 +49,7 @@ class Judge:
         self.config = config
         self.roots = roots
         self._max_spans = max_spans_per_trace
-        self._recent = RecentCalls()
+        self._recent = RecentCalls(on_error=_lever_hints_failed)
 
     def judge(self, spans: Sequence[Received]) -> Verdicts:
         """Judge the spans of one trace, annotating the judged roots' protobuf spans in place."""
@@ -100,16 +98,11 @@ class Judge:
 
     def _levers_of(self, state: TraceState) -> LeverHints:
         """The lever estimate of one judged trace, from this instance's recent calls (as in process)."""
-        return partial(self._lever_hints, state.names, state.budgets)
+        return partial(self._recent.lever_hints, state.names, state.budgets)
 
-    def _lever_hints(
-        self, names: Mapping[int, str], budgets: BudgetSet, calls: Sequence[Call], draft: TraceReport
-    ) -> tuple[Hint, ...]:
-        try:
-            return add_lever_hints(self._recent, calls, budgets, draft, names)
-        except Exception as exc:  # the verdict stands without the lever hints
-            logger.debug("latency_budget serve: lever hints failed: %r", exc)
-            return ()
+
+def _lever_hints_failed(exc: Exception) -> None:
+    logger.debug("latency_budget serve: lever hints failed: %r", exc)  # the verdict stands without them
 
 
 def _trace_root(spans: Sequence[Received]) -> Received | None:
