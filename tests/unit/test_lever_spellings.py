@@ -20,7 +20,6 @@ from latency_budget._config.genai_defaults import (
     TOOL_CALL_FINISH_REASONS,
     CallKeys,
 )
-from latency_budget._config.model import StageBudget
 from latency_budget._core import call_facts
 from latency_budget._core.call_facts import SAMPLE_FIELDS, RecordedCalls, call_of, sample_of
 
@@ -148,11 +147,14 @@ def test_call_facts_spells_no_attribute_of_its_own() -> None:
 
 def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
     """The samples the series keep and the calls a report carries are one reading of the spans."""
-    stages = [StageBudget(name="model_call", budget_ms=1000.0)]
     chat = {"gen_ai.operation.name": "chat", "llm.model_name": "m", "llm.token_count.prompt": 5, "input.value": "q"}
     other = {"gen_ai.operation.name": "chat"}
-    raw = [(2, 0, 50, 90, None, chat), (1, 0, 10, 40, 5, other), (3, 0, 10, 30, None, dict(chat))]
-    calls = RecordedCalls(raw, stages)
+    raw = [
+        (2, "model_call", 50, 90, None, chat),
+        (1, "model_call", 10, 40, 5, other),
+        (3, "model_call", 10, 30, None, dict(chat)),
+    ]
+    calls = RecordedCalls(raw)
     assert calls  # without building them
     (first, second) = calls.samples  # in start order, then end: the spans with a model or arguments
     built = [c for c in calls if c.model is not None]
@@ -163,5 +165,5 @@ def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
             assert sample[index] == getattr(call, field), field
     assert len(calls) == 3
     assert calls == tuple(calls)
-    assert not RecordedCalls([(1, 0, 10, 40, None, other)], stages)
-    assert RecordedCalls([(1, 0, 10, 40, None, other)], stages) == ()
+    assert not RecordedCalls([(1, "model_call", 10, 40, None, other)])
+    assert RecordedCalls([(1, "model_call", 10, 40, None, other)]) == ()

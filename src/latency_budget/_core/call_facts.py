@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import NamedTuple, Protocol, overload
+from typing import overload
 
 from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, TOOL_CALL_FINISH_REASONS
 
@@ -38,8 +38,8 @@ __all__ = [
     "sample_of",
 ]
 
-# (span id, stage index, start ns, end ns, time to first token ns or None, the span's attributes)
-RawCall = tuple[int, int, int, int, "int | None", Mapping[str, object]]
+# (span id, stage name, start ns, end ns, time to first token ns or None, the span's attributes)
+RawCall = tuple[int, str, int, int, "int | None", Mapping[str, object]]
 
 # The generation operations of the first dialect key (the semantic conventions'), read
 # first; the other dialects' only when a span lacks that key.
@@ -134,22 +134,21 @@ class RecordedCalls(Sequence[Call]):
     read when first iterated. Equal to any sequence of the same calls.
     """
 
-    __slots__ = ("_built", "_raw", "_stages", "samples")
+    __slots__ = ("_built", "_raw", "samples")
 
     samples: list[Sample]
     """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
 
-    def __init__(self, raw: Sequence[RawCall], stages: Sequence[_Stage]) -> None:
-        found = recorded_calls(raw, stages)
+    def __init__(self, raw: Sequence[RawCall]) -> None:
+        found = recorded_calls(raw)
         self._raw = raw
-        self._stages = stages
         self._built: tuple[Call, ...] | None = None
         self.samples = found.samples if found else []
 
     def calls(self) -> tuple[Call, ...]:
         built = self._built
         if built is None:
-            built = self._built = calls_of(self._raw, self._stages)
+            built = self._built = calls_of(self._raw)
         return built
 
     def __bool__(self) -> bool:
@@ -179,7 +178,7 @@ class RecordedCalls(Sequence[Call]):
         return repr(self.calls())
 
 
-def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> RecordedCalls | tuple[()]:
+def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
 
     What the root's end uses, and the one reading of a span's lever facts: values of the
@@ -194,7 +193,7 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
     samples: list[Sample] = []
     last = None
     ordered = True
-    for _, stage_index, start_ns, end_ns, first_token_ns, attributes in raw:
+    for _, stage, start_ns, end_ns, first_token_ns, attributes in raw:
         get: Callable[[str], object] = attributes.get
         model = get(_MODEL)
         if type(model) is not str or not model:
@@ -204,7 +203,6 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
         if last is not None and start_ns <= last:
             ordered = False
         last = start_ns
-        stage = stages[stage_index].name
         # The first generation key the span carries decides. A list (replayed JSON) is
         # unhashable: only a string can name a generation operation.
         operation = get(_GENERATION_KEY)
@@ -272,7 +270,6 @@ def recorded_calls(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> Recorded
         samples = _in_start_order(raw, samples)
     calls: RecordedCalls = _object_new(RecordedCalls)
     calls._raw = raw
-    calls._stages = stages
     calls._built = None
     calls.samples = samples
     return calls
@@ -304,7 +301,7 @@ def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
     return (type(model) is str and model != "") or not _LEVER_KEYS.isdisjoint(attributes)
 
 
-def calls_of(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> tuple[Call, ...]:
+def calls_of(raw: Sequence[RawCall]) -> tuple[Call, ...]:
     """The calls a lever can use, in start order (then end, then span id).
 
     Those are the stage spans with a model or arguments, and the other spans of their
@@ -314,12 +311,12 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> tuple[Call, ..
     """
     calls: list[Call] = []
     others: list[RawCall] = []
-    used: set[int] = set()
+    used: set[str] = set()
     for item in raw:
         attributes = item[5]
         if _has_lever_keys(attributes):  # the same spans as recorded_calls reads
             span_id, stage, start, end, ttft, _ = item
-            calls.append(call_of(span_id, stages[stage].name, start, end, ttft, attributes))
+            calls.append(call_of(span_id, stage, start, end, ttft, attributes))
             used.add(stage)
         else:
             others.append(item)
@@ -327,8 +324,7 @@ def calls_of(raw: Sequence[RawCall], stages: Sequence[_Stage]) -> tuple[Call, ..
         return ()
     for span_id, stage, start, end, ttft, _ in others:
         if stage in used:
-            name = stages[stage].name
-            calls.append(_untyped_call(span_id, name, start, end, ttft))
+            calls.append(_untyped_call(span_id, stage, start, end, ttft))
     if len(calls) > 1:
         calls.sort(key=_ORDER)
     return tuple(calls)
@@ -346,7 +342,7 @@ def call_of(
     A span with no model name and no arguments is read as :func:`calls_of` gives the
     other spans of a stage: times only.
     """
-    found = recorded_calls([(span_id, 0, start_ns, end_ns, first_token_ns, attributes)], (_Named(stage),))
+    found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)])
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
     (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found.samples[0]
@@ -403,19 +399,6 @@ def _untyped_call(span_id: int, stage: str, start_ns: int, end_ns: int, first_to
         None,
         None,
     )
-
-
-class _Named(NamedTuple):
-    """A stage for :func:`recorded_calls` when only its name is known."""
-
-    name: str
-
-
-class _Stage(Protocol):
-    """What :func:`recorded_calls` reads of a stage: its name."""
-
-    @property
-    def name(self) -> str: ...
 
 
 def _first(get: Callable[[str], object], names: tuple[str, ...]) -> object:

@@ -18,7 +18,7 @@ from latency_budget._attributes import STAGE
 from latency_budget._config.genai_defaults import plausible_request
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
-from latency_budget._core.call_facts import recorded_calls
+from latency_budget._core.call_facts import RawCall, recorded_calls
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
@@ -122,8 +122,8 @@ class TraceState:
         # stage spans that have one: a call that answered with tool calls only showed nothing.
         self.first_tokens: list[tuple[int, int, int, bool]] = []
         # The recorded stage spans other than the root, with their (frozen) attributes, for
-        # the latency levers (_core/calls.py RawCall): read only when the root ends.
-        self.calls: list[tuple[int, int, int, int, int | None, Mapping[str, object]]] = []
+        # the latency levers (call_facts.RawCall, their stage by name): read only when the root ends.
+        self.calls: list[RawCall] = []
         # The span ids of recorded stage spans nested in a span of their own stage (part of
         # that call, see calls.py), found by report(); the levers skip them as hints do.
         self.inner_calls: AbstractSet[int] = _NONE
@@ -187,7 +187,7 @@ class TraceState:
             # Name and call before the append: a span in a snapshot has both, for the hints.
             self.names[span_id] = name
             if span_id != self.root_id:
-                self.calls.append((span_id, stage, start, end, ttft, attributes))
+                self.calls.append((span_id, definition.name, start, end, ttft, attributes))
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft, seen))
@@ -235,7 +235,7 @@ class TraceState:
         names = self.names
         return {call[0]: operation_of(names.get(call[0], ""), call[5]) for call in self.calls[:]}
 
-    def outermost_calls(self) -> list[tuple[int, int, int, int, int | None, Mapping[str, object]]]:
+    def outermost_calls(self) -> list[RawCall]:
         """The recorded stage calls (``calls``) but those nested in a call of their stage.
 
         One call is one call for the latency levers too: valid once :meth:`report` has run.
@@ -307,7 +307,7 @@ class TraceState:
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
             hints = ()
-        calls = recorded_calls(self.outermost_calls(), stages) if self.calls else ()
+        calls = recorded_calls(self.outermost_calls()) if self.calls else ()
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
