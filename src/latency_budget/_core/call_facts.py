@@ -59,6 +59,9 @@ _ARGUMENT_KEYS = frozenset(_ARGUMENTS)
 _FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
 _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
+# The presence tests, bound once: a method looked up at each call costs more (callgrind).
+_no_lever_keys = _LEVER_KEYS.isdisjoint
+_no_arguments = _ARGUMENT_KEYS.isdisjoint
 # The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = TOOL_CALL_FINISH_REASONS  # the one list, shared with the first-token rule (first_token.py)
@@ -197,7 +200,7 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
         get: Callable[[str], object] = attributes.get
         model = get(_MODEL)
         if type(model) is not str or not model:
-            if _LEVER_KEYS.isdisjoint(attributes):
+            if _no_lever_keys(attributes):
                 continue  # no model and no arguments: no lever reads this span
             model = _first_str(get, _MODELS[1:])
         if last is not None and start_ns <= last:
@@ -210,15 +213,13 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
             generation = type(operation) is str and operation in GENERATION_OPERATIONS
         else:
             generation = _other_generation(get)
-        input_tokens: int | None = None
         output_tokens: int | None = None
         to_tools = False
         streamed = first_token_ns is not None
+        target: str | None = model
         if model is not None:
-            target: str | None = model
             found = get(_INPUT)
-            if type(found) is int and found >= 0:
-                input_tokens = found
+            input_tokens = found if type(found) is int and found >= 0 else None
             if generation:
                 # What only a generation's levers read (streaming, output length): its
                 # output, whether it streamed and whether it answered with tool calls.
@@ -240,11 +241,12 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
                 if generation:
                     output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
         else:
+            input_tokens = None
             target = _first_str(get, CALL_KEYS.tool_name)
             if target is None:
                 target = _first_text(get, CALL_KEYS.data_source)
         key = None
-        if not _ARGUMENT_KEYS.isdisjoint(attributes):
+        if not _no_arguments(attributes):
             arguments = _first(get, _ARGUMENTS)
             if arguments is not None:
                 key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))

@@ -70,6 +70,9 @@ _CALL_BYTES = 200 + 3 * (80 + 4 * MAX_NAME_CHARS)
 WINDOW_BYTES = MAX_SERIES * (WINDOW * _CALL_BYTES + 80 + 4 * MAX_NAME_CHARS + 1024) + MAX_KEYS * 120
 
 
+_NEVER = 2**63  # a watch no count reaches (the series' tests are over)
+
+
 def _decision_z(decision: int) -> float:
     """The level of a series' ``decision``-th test of its fits: 2.5% / 2^decision, one-sided.
 
@@ -82,7 +85,7 @@ def _decision_z(decision: int) -> float:
 class _Series:
     """The recent calls of one model in one stage, and their statistics."""
 
-    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "shared", "stats")
+    __slots__ = ("added", "calls", "decide_at", "decisions", "due", "passed", "shared", "stats", "watch")
 
     def __init__(self) -> None:
         self.calls: deque[Sample] = deque(maxlen=WINDOW)
@@ -93,6 +96,19 @@ class _Series:
         self.decide_at = WINDOW  # when its fits are next tested
         self.decisions = 0
         self.passed: frozenset[FitName] = frozenset()  # the fits the last test supported
+        # From which count RecentCalls.add looks closer at this series' calls (see rewatch).
+        self.watch = WINDOW
+
+    def rewatch(self) -> None:
+        """Set ``watch`` from the rest: every call when its stage is shared or a fit passed, else its next test.
+
+        So that the quick test reads one attribute per call of most series; called wherever
+        ``shared``, ``passed``, ``decide_at`` or ``decisions`` change.
+        """
+        if self.shared or self.passed:
+            self.watch = 0
+        else:
+            self.watch = self.decide_at if self.decisions < MAX_DECISIONS else _NEVER
 
     def summary(self) -> ModelStats | None:
         added = self.added
@@ -118,6 +134,7 @@ class _Series:
                 self.stats = summarise(snapshot, max_fit_points=FIT_POINTS, z=0.0, fits=self.passed)
             # After every call up to EXACT_UP_TO calls, then each time they double, then every REFRESH.
             self.due = added + 1 if added < EXACT_UP_TO else min(2 * added, added + REFRESH)
+            self.rewatch()
         return self.stats
 
 
@@ -151,8 +168,8 @@ class RecentCalls:
         """
         try:
             # A processor's calls are read from the spans only when request_levers needs them.
-            samples = calls.samples if calls.__class__ is RecordedCalls else [sample_of(c) for c in calls]
-            if not samples or not self.add(samples):  # this trace's own calls count too
+            samples = calls.samples if type(calls) is RecordedCalls else [sample_of(c) for c in calls]
+            if not self.add(samples):  # this trace's own calls count too (none: False)
                 return ()  # and none has an identity to remember (add says True for any)
             findings = request_levers(calls, report, self, min_saving_ms=budgets.min_saving_ms)
             self.remember(samples)  # after: "an earlier request" is strictly earlier
@@ -186,8 +203,8 @@ class RecentCalls:
         maybe = False
         pending: list[tuple[Sample, _Series]] | None = None  # calls whose series has fits to compare them with
         series_of = self._series
-        for given in samples:
-            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = given
+        for sample in samples:
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
@@ -196,26 +213,26 @@ class RecentCalls:
                 maybe = True  # a streaming candidate
             models = series_of.get(stage)
             series = models.get(model) if models is not None else None
-            sample = given
             if series is None:  # a new series, or a name to cut (rare)
-                found = self._series_for(given)
+                found = self._series_for(sample)
                 if found is None:
                     continue
-                sample, series = found
+                sample, series = found  # noqa: PLW2901  # the sample kept, its names cut
             series.calls.append(sample)
-            series.added += 1
+            series.added = added = series.added + 1
             # Tested after each append, so the last of a stage's calls sees all of them (a
             # stage's models and a series' count only grow): what request_levers will see.
-            if series.shared:
-                maybe = True  # models to compare
-            elif series.passed:
-                if pending is None:
-                    pending = []
-                pending.append((sample, series))
-            elif series.added >= series.decide_at and series.decisions < MAX_DECISIONS:
-                maybe = True  # its fits are due for a test, which request_levers' reading runs
-            # Else no fit passed its last test and none is due for one: no token lever
-            # applies, whatever the medians (refreshed when request_levers asks for them).
+            # Below its watch, no fit passed its last test and none is due for one: no token
+            # lever applies, whatever the medians (refreshed when request_levers asks).
+            if added >= series.watch:
+                if series.shared:
+                    maybe = True  # models to compare
+                elif series.passed:
+                    if pending is None:
+                        pending = []
+                    pending.append((sample, series))
+                elif added >= series.decide_at and series.decisions < MAX_DECISIONS:
+                    maybe = True  # its fits are due for a test, which request_levers' reading runs
         if maybe or pending is None:
             return maybe
         for sample, series in pending:
@@ -245,6 +262,7 @@ class RecentCalls:
             if len(models) >= 2:
                 for other in list(models.values()):
                     other.shared = True
+                    other.rewatch()
         return sample, series
 
     def _kept(self, sample: Sample) -> Sample:
