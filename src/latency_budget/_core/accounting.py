@@ -146,7 +146,9 @@ def evaluate(
         end_time_ns=end_time_ns,
         calls=calls,
     )
-    if levers is None or not calls:
+    # Only an empty tuple is tested for emptiness: a RecordedCalls's truth is a Python-level
+    # call, and one the processor gives is never empty (any other empty sequence gives no hint).
+    if levers is None or (type(calls) is tuple and not calls):
         return report
     # The levers read the judged report (stage times, first token); the report they give
     # hints for is a copy (rare: most requests have no lever), built by position.

@@ -307,7 +307,7 @@ class TraceState:
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
             hints = ()
-        calls = recorded_calls(self.outermost_calls()) if self.calls else ()
+        calls = recorded_calls(self.outermost_calls() if self.inner_calls else self.calls) if self.calls else ()
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6

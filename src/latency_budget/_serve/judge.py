@@ -98,7 +98,7 @@ class Judge:
 
     def _levers_of(self, state: TraceState) -> LeverHints:
         """The lever estimate of one judged trace, from this instance's recent calls (as in process)."""
-        return partial(self._recent.lever_hints, state.names, state.budgets)
+        return partial(RecentCalls.lever_hints, self._recent, state.names, state.budgets)
 
 
 def _lever_hints_failed(exc: Exception) -> None:
