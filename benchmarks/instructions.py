@@ -14,6 +14,10 @@ quiet_batch_processor), so counts repeat to within about 0.05% (the thread cases
 interleaving valgrind's scheduler decides, to within 1%). Valgrind serialises threads, so
 lock contention does not show here.
 
+With the standard case it also counts the levers' share apart (``levers_child``): the
+root-end work of the latency levers alone, reading the stage spans into samples and
+updating the recent-call series, on the inputs the processor gave the last warm-up root.
+
 The interpreter must be the real one, not a pyenv shim: pass --python or set
 LATENCY_BUDGET_BENCH_PYTHON when ``sys.executable`` is a wrapper.
 """
@@ -32,10 +36,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+import latency_budget
+from latency_budget._core import trace_state
+from latency_budget._core.call_facts import RecordedCalls, recorded_calls
 from workloads import CASES, WIDE_CHILDREN, Case, DiscardExporter, provider, seed_ids, wide_case
 
 HERE = Path(__file__).resolve().parent
@@ -44,6 +52,7 @@ HERE = Path(__file__).resolve().parent
 # (the exporter's batches, the GC) averages out, few enough that valgrind finishes.
 MEASURED = {"wide": 2, "wide-full": 2, "asyncio": 1000, "unmatched": 100, "unmatched-excluded": 100}
 DEFAULT_MEASURED = 200
+LEVERS_MEASURED = 3000  # root ends of the levers alone (about 25 K instructions each)
 SCALING = (1_000, WIDE_CHILDREN)  # widths for --scaling: per-span cost must not grow with them
 
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
@@ -94,6 +103,54 @@ def child(key: str, variant: str, units: int) -> None:
     tracer_provider.shutdown()
 
 
+def levers_child(units: int) -> None:
+    """Run inside valgrind: the levers' root-end work on the standard trace, ``units`` times.
+
+    The warm-up runs the standard case through the processor as the benchmark does; the
+    last root's inputs to the levers (its raw stage calls and the judged report) are
+    taken from ``evaluate``'s arguments. Each measured unit then does what a root's end
+    does for the levers: read the calls (``recorded_calls``) and call the processor's
+    own lever callback, which updates its recent-call series and estimates when due.
+    """
+    seed_ids()
+    tracer_provider, _ = provider(CASES["standard"], candidate=True, downstream=quiet_batch_processor)
+    taken: dict[str, Any] = {}
+    evaluate = trace_state.evaluate
+
+    def taking(*args: Any, **kwargs: Any) -> Any:
+        levers, calls = kwargs["levers"], kwargs["calls"]
+
+        def levers_taken(given: Any, draft: Any) -> Any:
+            taken.update(levers=levers, draft=draft)
+            return levers(given, draft)
+
+        if isinstance(calls, RecordedCalls):
+            taken["raw"] = list(calls._raw)
+            kwargs["levers"] = levers_taken
+        return evaluate(*args, **kwargs)
+
+    trace_state.evaluate = taking  # type: ignore[assignment]
+    try:
+        CASES["standard"].run(tracer_provider.get_tracer("bench", "1.0"), 50)
+    finally:
+        trace_state.evaluate = evaluate
+    tracer_provider.shutdown()  # no worker thread runs during the count
+    _root_ends(units, taken["levers"], taken["raw"], taken["draft"])
+
+
+def _root_ends(units: int, levers: Any, raw: Any, draft: Any) -> None:
+    for _ in range(units):  # in a function: a module-level loop costs about 400 instructions a turn
+        levers(recorded_calls(raw), draft)
+
+
+def levers_count(python: str) -> float:
+    """The levers' root-end instructions per standard trace (see levers_child)."""
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(_instructions, python, "standard", "levers", units) for units in (0, LEVERS_MEASURED)]
+        none, some = (run.result() for run in runs)
+    return (some - none) / LEVERS_MEASURED
+
+
 @dataclass
 class Count:
     """Per-trace instructions of one case for both providers."""
@@ -136,6 +193,16 @@ def _instructions(python: str, key: str, variant: str, units: int) -> int:
     return int(found[-1])
 
 
+def compile_sources(python: str) -> None:
+    """Write the package's and the benchmarks' .pyc files before any valgrind run.
+
+    Otherwise a run that writes them counts their compilation, and runs started together
+    race to write them: after an edit, that moved a per-trace count by up to 500.
+    """
+    package = Path(latency_budget.__file__).resolve().parent
+    subprocess.run([python, "-m", "compileall", "-q", str(package), str(HERE)], capture_output=True, check=False)
+
+
 def count(python: str, keys: Sequence[str], jobs: int) -> Iterator[Count]:
     """Instruction counts for ``keys`` in order, running ``jobs`` valgrind processes at once."""
     with ThreadPoolExecutor(jobs) as pool:
@@ -153,7 +220,7 @@ def count(python: str, keys: Sequence[str], jobs: int) -> Iterator[Count]:
             yield Count(key, k, _case(key).spans_per_unit, per_unit[0], per_unit[1])
 
 
-def figures_table(counts: Sequence[Count], python: str, command: str) -> str:
+def figures_table(counts: Sequence[Count], python: str, command: str, levers: float | None = None) -> str:
     """The figures block of benchmarks/README.md: one row per case, all from this run."""
     commit = subprocess.run(
         ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
@@ -175,6 +242,13 @@ def figures_table(counts: Sequence[Count], python: str, command: str) -> str:
             f"| `{c.key}`: {_case(c.key).title} | {c.baseline:,.0f} | {c.candidate:,.0f} | {c.ratio:.3f} "
             f"| {added:+,.0f} | {c.units} |"
         )
+    if levers is not None:
+        lines += [
+            "",
+            f"The levers' share of the `standard` case, counted apart: {levers:,.0f} instructions per trace at the",
+            "root's end (reading its stage spans and updating the recent-call series; "
+            f"k={LEVERS_MEASURED:,}, see Method).",
+        ]
     lines += ["", END]
     return "\n".join(lines)
 
@@ -204,7 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         key, variant, units = args.child
-        child(key, variant, int(units))
+        if variant == "levers":
+            levers_child(int(units))
+        else:
+            child(key, variant, int(units))
         return 0
     if shutil.which("valgrind") is None:
         print("instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
@@ -218,15 +295,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in keys:
         _case(key)  # unknown names fail here, before any valgrind run
     print(f"callgrind instruction counts per trace, {python}; k measured traces minus 0")
+    compile_sources(python)
     counts = []
     for result in count(python, keys, args.jobs):
         print(result.line(), flush=True)
         counts.append(result)
+    levers = None
+    if "standard" in keys:
+        levers = levers_count(python)
+        print(f"{'levers':<17} {levers:,.0f} instr/trace at the standard trace's root end (k={LEVERS_MEASURED:,})")
     if args.write_readme:
         cases = "".join(f" --case {key}" for key in args.case or ())
-        write_readme(
-            figures_table(counts, python, f"python benchmarks/overhead.py --instructions --write-readme{cases}")
-        )
+        command = f"python benchmarks/overhead.py --instructions --write-readme{cases}"
+        write_readme(figures_table(counts, python, command, levers))
         print(f"Wrote the figures table of {README}.")
     return 0
 
