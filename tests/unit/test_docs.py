@@ -107,3 +107,9 @@ def test_the_readme_quotes_the_benchmark_figures_table() -> None:
     assert {case: found.group(1) if found else None for case, found in quoted.items()} == {
         case: ratios.get(case) for case in quoted
     }
+    # The levers' share, counted apart in the same run, quoted in thousands.
+    levers = re.search(r"counted apart: ([\d,]+) instructions per trace", " ".join(block.split()))
+    assert levers is not None
+    share = re.search(r"The levers' share of the standard case is \*\*([\d.]+) K\*\* instructions", readme)
+    assert share is not None
+    assert share.group(1) == f"{int(levers.group(1).replace(',', '')) / 1000:.1f}"
