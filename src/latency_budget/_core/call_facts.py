@@ -300,7 +300,7 @@ def _in_start_order(raw: Sequence[RawCall], samples: list[Sample]) -> list[Sampl
 def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
     """Whether a lever reads this span (recorded_calls' test): a model name (a non-empty string) or any lever key."""
     model = attributes.get(_MODEL)
-    return (type(model) is str and model != "") or not _LEVER_KEYS.isdisjoint(attributes)
+    return (type(model) is str and model != "") or not _no_lever_keys(attributes)
 
 
 def calls_of(raw: Sequence[RawCall]) -> tuple[Call, ...]:

@@ -162,8 +162,8 @@ class RecentCalls:
         ``names`` (span id -> name) names the spans of each hint, as for the other hints;
         ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is
         the request's judged report. Bound to a root with ``partial``, this is the
-        ``levers`` that ``evaluate`` calls, one Python frame (under callgrind a frame is
-        about 1,000-1,500 instructions, at every root's end). It never raises: an estimate
+        ``levers`` that ``evaluate`` calls, one Python frame (under callgrind a call through
+        ``partial`` is about 800 instructions, at every root's end). It never raises: an estimate
         that fails goes to ``on_error`` and gives no hint, and the verdict stands.
         """
         try:

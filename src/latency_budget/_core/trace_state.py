@@ -18,7 +18,7 @@ from latency_budget._attributes import STAGE
 from latency_budget._config.genai_defaults import plausible_request
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
-from latency_budget._core.call_facts import RawCall, recorded_calls
+from latency_budget._core.call_facts import Call, RawCall, recorded_calls
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
@@ -235,16 +235,6 @@ class TraceState:
         names = self.names
         return {call[0]: operation_of(names.get(call[0], ""), call[5]) for call in self.calls[:]}
 
-    def outermost_calls(self) -> list[RawCall]:
-        """The recorded stage calls (``calls``) but those nested in a call of their stage.
-
-        One call is one call for the latency levers too: valid once :meth:`report` has run.
-        """
-        inner = self.inner_calls
-        if not inner:
-            return self.calls
-        return [call for call in self.calls if call[0] not in inner]
-
     def report(
         self,
         root_start: int,
@@ -307,7 +297,13 @@ class TraceState:
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
             hints = ()
-        calls = recorded_calls(self.outermost_calls() if self.inner_calls else self.calls) if self.calls else ()
+        # One call is one call for the levers too: the stage calls but those nested in a call
+        # of their stage (inner_calls, found above), inline (a call costs more than the test).
+        calls: Sequence[Call] = ()
+        if self.calls:
+            inner = self.inner_calls
+            raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
+            calls = recorded_calls(raw)
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
