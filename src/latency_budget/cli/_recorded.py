@@ -4,6 +4,9 @@ file, and judging every recorded request with :func:`latency_budget._replay.eval
 from __future__ import annotations
 
 import argparse
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from latency_budget._config import BudgetConfig, load_budgets
@@ -138,6 +141,30 @@ def _builtin_budgets() -> BudgetConfig:
 
 def load_recorded(args: argparse.Namespace) -> Recorded:
     """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
+    with cycle_collection_paused():
+        return _load_recorded(args)
+
+
+@contextmanager
+def cycle_collection_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a recording is read and judged.
+
+    Reading allocates millions of objects that live to the end (spans, reports) and
+    form no reference cycles (JSON values, tuples, slotted records), and every full
+    collection walks all of them: at 250,000 spans the collector took half the CPU
+    time of ``report``, and more the larger the file. Reference counting still frees
+    what dies; the collector runs again as usual afterwards.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_recorded(args: argparse.Namespace) -> Recorded:
     config, label = load_config(args.budgets)
     traces = load_traces(args)
     reports = evaluate_spans(config, traces.spans)
@@ -163,6 +190,11 @@ def load_recorded(args: argparse.Namespace) -> Recorded:
 
 def load_traces(args: argparse.Namespace) -> TraceSet:
     """The traces named by ``args`` (files, or Jaeger), within the input limits; none at all is an error."""
+    with cycle_collection_paused():
+        return _load_traces(args)
+
+
+def _load_traces(args: argparse.Namespace) -> TraceSet:
     limits = InputLimits(
         max_bytes=args.max_input_size,
         max_line_bytes=args.max_line_size,
