@@ -12,6 +12,7 @@ __all__ = [
     "CALLS",
     "CONTRACT_VERSION",
     "CRITICAL_STAGE",
+    "HINT_BASIS",
     "HINT_BASIS_COUNT",
     "HINT_EVENT",
     "HINT_KIND",
@@ -82,6 +83,7 @@ HINT_SAVINGS_MS = "latency_budget.hint.potential_savings_ms"
 HINT_SPAN_NAMES = "latency_budget.hint.span_names"  # at most 5 names, in start order
 HINT_SPAN_IDS = "latency_budget.hint.span_ids"  # the same spans' ids, hex, separated by spaces
 HINT_BASIS_COUNT = "latency_budget.hint.basis_count"  # calls an estimated lever rests on
+HINT_BASIS = "latency_budget.hint.basis"  # context_size: what its fit is of (ttft, duration_given_output, duration)
 
 # The span event (and log record) for each violation.
 VIOLATION_EVENT = "latency_budget.violation"

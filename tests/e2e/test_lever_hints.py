@@ -54,6 +54,7 @@ HINT_KEYS = {
     "latency_budget.hint.span_count",
     "latency_budget.hint.potential_savings_ms",
     "latency_budget.hint.basis_count",
+    "latency_budget.hint.basis",  # context_size only: what its fit is of
     "latency_budget.hint.span_names",  # at most five, each at most 120 characters
     "latency_budget.hint.span_ids",
 }

@@ -157,6 +157,7 @@ def test_a_large_context_is_trimmed_to_the_median_at_the_fitted_slope() -> None:
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 150.0,
         attr.HINT_BASIS_COUNT: WINDOW,
+        attr.HINT_BASIS: "duration",  # no output tokens recorded: nothing to hold fixed
         **r.named(0),
     }
     assert "streaming" not in found  # non-streamed, but no streamed call of m to estimate from

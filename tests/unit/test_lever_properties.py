@@ -211,6 +211,7 @@ def test_the_processors_hints_stay_within_each_stages_time(
                 "latency_budget.hint.span_count",
                 "latency_budget.hint.potential_savings_ms",
                 "latency_budget.hint.basis_count",
+                "latency_budget.hint.basis",  # context_size only: what its fit is of
                 "latency_budget.hint.span_names",
                 "latency_budget.hint.span_ids",
             }

@@ -164,6 +164,8 @@ def hint_attributes(hint: Hint) -> AttributeMap:
         out[attr.HINT_SPAN_IDS] = " ".join(f"{span_id:016x}" for span_id in hint.span_ids)
     if hint.basis_count is not None:
         out[attr.HINT_BASIS_COUNT] = hint.basis_count
+    if hint.basis is not None:
+        out[attr.HINT_BASIS] = hint.basis
     return out
 
 

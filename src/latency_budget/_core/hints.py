@@ -57,6 +57,7 @@ class Hint:
     span_ids: tuple[int, ...] = ()
     span_names: tuple[str, ...] = ()
     basis_count: int | None = None
+    basis: str | None = None  # for ``context_size``: what its fit is of (``ttft``, ``duration_given_output``...)
 
 
 def find_hints(

@@ -20,8 +20,15 @@ Five levers are read from the calls' attributes (sequential calls and iterations
     duration times the ratio of the two medians.
 ``context_size``
     Calls with more input tokens than their model's median in the stage, where a
-    Theil-Sen fit of time to first token (else of duration) on input tokens is
-    supported: trimming them to the median saves the fitted slope times the excess.
+    Theil-Sen fit of what input moves is supported: trimming them to the median saves
+    the fitted slope times the excess. Where at least :data:`MIN_FIRST_TOKEN_CALLS` of
+    the model's calls record a first token, that fit is of time to first token on input
+    tokens (``basis`` ``"ttft"``: prefill, which the answer's length does not lengthen);
+    else of duration on input tokens with output tokens held fixed
+    (``"duration_given_output"``, :mod:`~latency_budget._core.held_fixed`), where most
+    calls record both counts; else of duration on input tokens (``"duration"``: calls
+    with no output count, such as embeddings). A longer input that brings a longer
+    answer is not mistaken for a slower prefill.
 ``output_length``
     Generation calls whose output was for the user (not tool calls), with more output
     tokens than their model's median: the excess times the model's generation time per
@@ -55,16 +62,20 @@ from latency_budget._core.estimators import (
     shrunk_saving_ns,
     theil_sen,
 )
+from latency_budget._core.held_fixed import held_fixed_fit
 from latency_budget._core.kinds import LEVER_KINDS, LeverKind
 from latency_budget._core.report import TraceReport
 
 __all__ = [
+    "FITTED",
     "FIT_NAMES",
     "LEVER_KINDS",
+    "MIN_FIRST_TOKEN_CALLS",
     "MIN_MODEL_CALLS",
     "MIN_RATE_CALLS",
     "MIN_STREAMED",
     "Baseline",
+    "ContextBasis",
     "Finding",
     "FitName",
     "LeverKind",
@@ -79,6 +90,13 @@ __all__ = [
 MIN_STREAMED = 3  # streamed calls of a model before its first token is a basis for the streaming lever
 MIN_MODEL_CALLS = 10  # calls of each model before two are compared
 MIN_RATE_CALLS = 5  # streamed calls with output tokens before a time per output token is taken from them
+# Calls of a model with a first token and input tokens from which the context lever fits
+# time to first token, and only that (below it, duration with output tokens held fixed).
+MIN_FIRST_TOKEN_CALLS = 10
+
+# What the context lever's fit is of: time to first token, duration at a fixed output
+# length, or duration (calls without output tokens).
+ContextBasis = Literal["ttft", "duration_given_output", "duration"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +115,14 @@ class ModelStats:
     first_token_p50_ms: float | None
     input_p50: float | None
     output_p50: float | None
-    duration_fit: Fit | None  # duration (ms) on input tokens
+    duration_fit: Fit | None  # duration (ms) on input tokens (tried only where it is the context basis)
     first_token_fit: Fit | None  # time to first token (ms) on input tokens, streamed calls
-    # The fit the context lever uses: time to first token where supported (prefill is what
-    # input tokens cost, without the output's length mixed in), else duration.
+    # The fit the context lever uses, of what ``context_basis`` names (see the module's docstring).
     context_fit: Fit | None
     ms_per_output_token: float | None
     rate_calls: int
     rate_from: Literal["streamed", "fit"] | None
+    context_basis: ContextBasis | None = None  # None: no call with input tokens
 
 
 # The columns summarise reads of a Call (a Sample, a tuple, is transposed by position).
@@ -113,8 +131,8 @@ _CALL_COLUMNS = tuple(
     for name in ("start_ns", "end_ns", "first_token_ns", "input_tokens", "output_tokens", "generation", "to_tools")
 )
 
-FitName = Literal["duration", "first_token", "output", "rate"]
-FIT_NAMES: frozenset[FitName] = frozenset(("duration", "first_token", "output", "rate"))
+FitName = Literal["duration", "held", "first_token", "output", "rate"]
+FIT_NAMES: frozenset[FitName] = frozenset(("duration", "held", "first_token", "output", "rate"))
 
 
 def summarise(
@@ -152,12 +170,15 @@ def summarise(
     ]
     by_input: list[tuple[float, float]] = []
     first_by_input: list[tuple[float, float]] = []
-    if "duration" in fits or "first_token" in fits:
-        for tokens, duration, ttft in zip(inputs_col, durations, ttfts, strict=True):
+    held: list[tuple[float, float, float]] = []  # (input tokens, output tokens, duration)
+    if "duration" in fits or "held" in fits or "first_token" in fits:
+        for tokens, out, duration, ttft in zip(inputs_col, outputs_col, durations, ttfts, strict=True):
             if tokens is not None:
                 by_input.append((tokens, duration))
                 if ttft is not None:
                     first_by_input.append((tokens, ttft / 1e6))
+                if out is not None:  # tool-call tokens too: they take generation time as well
+                    held.append((tokens, out, duration))
     by_output: list[tuple[float, float]] = []
     rates: list[float] = []
     generating: list[tuple[float, float]] = []  # (output tokens, generation time), streamed calls
@@ -181,8 +202,21 @@ def summarise(
         rate, rate_calls, rate_from = median(rates), len(rates), "streamed"
     elif "output" in fits and (output_fit := theil_sen(by_output, max_points=max_fit_points, z=z)) is not None:
         rate, rate_calls, rate_from = output_fit.slope, output_fit.n, "fit"
-    duration_fit = theil_sen(by_input, max_points=max_fit_points, z=z) if "duration" in fits else None
     first_token_fit = theil_sen(first_by_input, max_points=max_fit_points, z=z) if "first_token" in fits else None
+    # The context lever's fit: of what input tokens move, not of what moves with them.
+    duration_fit: Fit | None = None
+    context_fit: Fit | None = None
+    basis: ContextBasis | None = None
+    if len(first_by_input) >= MIN_FIRST_TOKEN_CALLS:
+        basis, context_fit = "ttft", first_token_fit
+    elif by_input and 2 * len(held) >= len(by_input):
+        basis = "duration_given_output"
+        if "held" in fits:
+            context_fit = held_fixed_fit(held, max_points=max_fit_points, z=z)
+    elif by_input:
+        basis = "duration"
+        if "duration" in fits:
+            duration_fit = context_fit = theil_sen(by_input, max_points=max_fit_points, z=z)
     return ModelStats(
         n=len(durations),
         duration_p50_ms=median(durations),
@@ -192,10 +226,11 @@ def summarise(
         output_p50=median(outputs) if outputs else None,
         duration_fit=duration_fit,
         first_token_fit=first_token_fit,
-        context_fit=first_token_fit if first_token_fit is not None else duration_fit,
+        context_fit=context_fit,
         ms_per_output_token=rate,
         rate_calls=rate_calls,
         rate_from=rate_from,
+        context_basis=basis,
     )
 
 
@@ -206,6 +241,8 @@ def passed_fits(stats: ModelStats) -> frozenset[FitName]:
         found.add("duration")
     if stats.first_token_fit is not None:
         found.add("first_token")
+    if stats.context_basis == "duration_given_output" and stats.context_fit is not None:
+        found.add("held")
     if stats.rate_from == "streamed":
         found.add("rate")
     elif stats.rate_from == "fit":
@@ -288,7 +325,8 @@ class Finding:
     ``repeated_within`` counts, for ``cache``, the calls repeated within the request
     (the others repeated an earlier request's); ``span_ids`` are the calls it concerns.
     ``test`` says, for people, what the data passed for the estimate to be given: a
-    sample size, a fit's interval and R², or a rank test.
+    sample size, a fit's interval and R², or a rank test. ``fit_basis`` says, for
+    ``context_size``, what was fitted on input tokens (``latency_budget.hint.basis``).
     """
 
     kind: LeverKind
@@ -301,6 +339,7 @@ class Finding:
     repeated_within: int = 0
     span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
     test: str = ""
+    fit_basis: ContextBasis | None = None  # for ``context_size``: what its fit is of (ModelStats.context_basis)
 
 
 def request_levers(
@@ -480,6 +519,7 @@ def _token_levers(
     trimmed_models: dict[str, None] = {}
     trimmed_basis = 0
     trimmed_test = ""
+    trimmed_from: ContextBasis | None = None
     cut_short: dict[int, int] = {}  # index -> duration with the output cut to the median
     cut_models: dict[str, None] = {}
     cut_basis = 0
@@ -498,7 +538,8 @@ def _token_levers(
                 trimmed[index] = duration - cut
                 trimmed_models[model] = None
                 if fit.n > trimmed_basis:
-                    trimmed_basis, trimmed_test = fit.n, _fit_test(fit)
+                    trimmed_basis, trimmed_from = fit.n, found.context_basis
+                    trimmed_test = _fit_test(fit, trimmed_from)
         rate = found.ms_per_output_token
         out = call.output_tokens
         if rate is not None and rate > 0 and out is not None and found.output_p50 is not None:
@@ -519,23 +560,41 @@ def _token_levers(
                         f"R² at least {MIN_R_SQUARED}"
                     )
     found_levers: list[Finding] = []
-    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int, str], ...] = (
-        ("context_size", trimmed, trimmed_models, trimmed_basis, trimmed_test),
-        ("output_length", cut_short, cut_models, cut_basis, cut_test),
+    levers: tuple[tuple[LeverKind, dict[int, int], dict[str, None], int, str, ContextBasis | None], ...] = (
+        ("context_size", trimmed, trimmed_models, trimmed_basis, trimmed_test, trimmed_from),
+        ("output_length", cut_short, cut_models, cut_basis, cut_test, None),
     )
-    for kind, shorter, models, basis, test in levers:
+    for kind, shorter, models, basis, test, fitted in levers:
         if shorter:
             saving = min(cap, shrunk_saving_ns(_intervals(members), shorter) / 1e6)
             if saving > 0:
                 ids = _span_ids(members, shorter)
                 found_levers.append(
-                    Finding(kind, stage, len(shorter), saving, basis, tuple(models), span_ids=ids, test=test)
+                    Finding(
+                        kind,
+                        stage,
+                        len(shorter),
+                        saving,
+                        basis,
+                        tuple(models),
+                        span_ids=ids,
+                        test=test,
+                        fit_basis=fitted,
+                    )
                 )
     return found_levers
 
 
-def _fit_test(fit: Fit) -> str:
+FITTED: dict[ContextBasis, str] = {
+    "ttft": "time to first token on input tokens",
+    "duration_given_output": "duration on input tokens, output tokens held fixed",
+    "duration": "duration on input tokens (no output tokens recorded)",
+}
+
+
+def _fit_test(fit: Fit, basis: ContextBasis | None) -> str:
+    what = f" of {FITTED[basis]}" if basis is not None else ""
     return (
-        f"Theil-Sen fit over {fit.n} calls: slope's 95% interval above zero, R² {fit.r_squared:.2f} "
+        f"Theil-Sen fit{what} over {fit.n} calls: slope's 95% interval above zero, R² {fit.r_squared:.2f} "
         f"(at least {MIN_R_SQUARED})"
     )

@@ -184,6 +184,7 @@ class RecentCalls:
                     f.span_ids[:NAMED_SPANS],
                     tuple(names.get(span_id, "") for span_id in f.span_ids[:NAMED_SPANS]),
                     f.basis,
+                    f.fit_basis,
                 )
                 for f in findings
                 if f.saving_ms is not None and f.saving_ms > 0

@@ -19,6 +19,7 @@ from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.estimators import Fit, fit_or_reason
 from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves, unknown_kind
 from latency_budget._core.levers import (
+    FITTED,
     MIN_MODEL_CALLS,
     MIN_STREAMED,
     Finding,
@@ -262,9 +263,9 @@ def _summary(
         case "context_size":
             fit = stats.context_fit if stats is not None else None
             if fit is not None and stats is not None and stats.input_p50 is not None:
-                what = "first token" if fit is stats.first_token_fit else "duration"
+                what = FITTED[stats.context_basis] if stats.context_basis is not None else "duration on input tokens"
                 basis = (
-                    f"Theil-Sen fit of {what} on input tokens of {main}: {fit_caption(fit)}; "
+                    f"Theil-Sen fit of {what}, of {main}: {fit_caption(fit)}; "
                     f"contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
                 )
                 advice = (
