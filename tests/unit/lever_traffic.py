@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
 from latency_budget import _attributes as attr
@@ -17,7 +18,11 @@ from latency_budget.cli import main
 from .helpers import Pipeline, at, pipeline
 from .test_lever_hints import BUDGETS
 
-Child = tuple[str, float, Mapping[str, AttributeValue]]  # name, duration ms, attributes
+# name, duration ms, attributes; optionally the instrumentation scope and events (name, attributes) at its end
+Child = (
+    tuple[str, float, Mapping[str, AttributeValue]]
+    | tuple[str, float, Mapping[str, AttributeValue], str, Sequence[tuple[str, Mapping[str, AttributeValue]]]]
+)
 
 
 class Traffic:
@@ -30,8 +35,18 @@ class Traffic:
     def send(self, *children: Child) -> None:
         root = self.p.start(f"request {self.now:g}", self.now)
         cursor = self.now
-        for name, duration, attributes in children:
-            self.p.run(name, cursor, cursor + duration, parent=root, attributes=attributes)
+        for child in children:
+            name, duration, attributes = child[:3]
+            if len(child) == 3:
+                self.p.run(name, cursor, cursor + duration, parent=root, attributes=attributes)
+            else:
+                _, _, _, scope, events = child
+                span = self.p.provider.get_tracer(scope).start_span(
+                    name, trace.set_span_in_context(root), attributes=attributes, start_time=at(cursor)
+                )
+                for event, values in events:
+                    span.add_event(event, values, timestamp=at(cursor + duration))
+                span.end(end_time=at(cursor + duration))
             cursor += duration
         root.end(end_time=at(cursor))
         self.now = cursor + 100

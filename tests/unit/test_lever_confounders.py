@@ -69,3 +69,76 @@ def test_planted_prefill_is_found_and_says_what_it_fitted(
     (row,) = levers(traffic.report(tmp_path, capsys), "context_size")
     assert row["savings_total_ms"] == pytest.approx(truth, rel=0.25)
     assert ("time to first token" if streamed else "output tokens held fixed") in row["basis"]
+
+
+RATE = 20.0  # ms per output token of an answer
+TOOL_RATE = 2.0  # ... of a tool call's output, many cheap tokens
+# Every way the first-token rule knows to say "answered with tool calls only": attributes
+# over the chat span's own, or (Strands) a scope and an event.
+TOOL_SPELLINGS: dict[
+    str, tuple[dict[str, AttributeValue], tuple[str, tuple[tuple[str, dict[str, AttributeValue]], ...]]]
+]
+TOOL_SPELLINGS = {
+    "finish reasons": ({"gen_ai.response.finish_reasons": ("tool_calls",)}, ("tests", ())),
+    "indexed finish reason": ({"gen_ai.completion.0.finish_reason": "tool_calls"}, ("tests", ())),
+    "output messages": (
+        {"gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "tool_call", "name": "lookup"}]}]'},
+        ("tests", ()),
+    ),
+    "OpenInference tool calls": (
+        {"llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "lookup"},
+        ("tests", ()),
+    ),
+    "Strands choice event": ({}, ("strands.telemetry.tracer", (("gen_ai.choice", {"finish_reason": "tool_use"}),))),
+}
+
+
+def _planning_traffic(spelling: str, *, streamed: bool) -> tuple[Traffic, list[int]]:
+    """Each request: a chat call that plans with tool calls (300-600 cheap tokens), then one that answers in text.
+
+    Answers are 100-500 tokens at 20 ms each after a 250 ms first chunk. Returns the
+    traffic and each request's answer length.
+    """
+    extra, (scope, events) = TOOL_SPELLINGS[spelling]
+    traffic = Traffic()
+    answers: list[int] = []
+    for n in range(REQUESTS):
+        planned, answer = 300 + 50 * (n % 7), 100 * (1 + n % 5)
+        ttft = 0.25 if streamed else None
+        tools = chat("m", stream=streamed, ttft_s=ttft, **{"gen_ai.usage.output_tokens": planned})
+        del tools["gen_ai.response.finish_reasons"]  # said by the spelling instead
+        tools.update(extra)
+        text = chat("m", stream=streamed, ttft_s=ttft, **{"gen_ai.usage.output_tokens": answer})
+        traffic.send(
+            ("chat plan", 250 + TOOL_RATE * planned, tools, scope, events),
+            ("chat answer", 250 + RATE * answer, text),
+        )
+        answers.append(answer)
+    return traffic, answers
+
+
+@pytest.mark.parametrize("spelling", list(TOOL_SPELLINGS))
+def test_tool_call_outputs_stay_out_of_the_time_per_output_token(
+    spelling: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Planted 20 ms per answer token, tool calls at 2: the rate is 20 in process and in report, savings with it."""
+    traffic, answers = _planning_traffic(spelling, streamed=True)
+    found = traffic.hints("output_length")
+    assert found
+    # The last request's answer (500 tokens) against the window's median answer (300).
+    assert answers[-1] == 500
+    assert found[-1][attr.HINT_SAVINGS_MS] == pytest.approx(RATE * (500 - 300))
+    report = traffic.report(tmp_path, capsys)
+    (model,) = report["models"]
+    assert model["ms_per_output_token"] == pytest.approx(RATE)
+    (row,) = levers(report, "output_length")
+    truth = sum(RATE * (answer - 300) for answer in answers if answer > 300)
+    assert row["savings_total_ms"] == pytest.approx(truth, rel=0.05)
+
+
+def test_tool_call_outputs_stay_out_of_the_duration_fit_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not streamed, tool calls said in indexed finish reasons: the fit of duration on output gives 20 ms per token."""
+    traffic, _ = _planning_traffic("indexed finish reason", streamed=False)
+    (model,) = traffic.report(tmp_path, capsys)["models"]
+    assert model["ms_per_output_token_from"] == "fit"
+    assert model["ms_per_output_token"] == pytest.approx(RATE)

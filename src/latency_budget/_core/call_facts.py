@@ -19,11 +19,19 @@ older and OpenInference spellings as fall-backs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import overload
 
-from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, GENERATION_VALUES, TOOL_CALL_FINISH_REASONS
+from latency_budget._config.genai_defaults import (
+    CALL_KEYS,
+    DIALECTS,
+    GENERATION_VALUES,
+    TOOL_CALL_FINISH_REASONS,
+    TOOL_CALLS_ONLY,
+)
+from latency_budget._core.first_token import answered_with_tool_calls_only
 
 __all__ = [
     "GENERATION_OPERATIONS",
@@ -65,6 +73,17 @@ _no_arguments = _ARGUMENT_KEYS.isdisjoint
 # The spellings of the counts and the provider after the semantic conventions' first ones.
 _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1:]))
 _TO_TOOLS = TOOL_CALL_FINISH_REASONS  # the one list, shared with the first-token rule (first_token.py)
+# The attributes of the first-token rule's other ways to say "tool calls only" (indexed
+# finish reasons, output messages, OpenInference's tool calls): read, through that rule,
+# only on a generation call without the finish reasons read inline.
+_TOOL_ROW_KEYS = frozenset(
+    key
+    for row in TOOL_CALLS_ONLY
+    if row.event is None
+    for key in (row.finish_key, row.messages_key, row.tool_call_key)
+    if key is not None and key not in CALL_KEYS.finish_reasons
+)
+_NO_TOOLS_ONLY: frozenset[int] = frozenset()
 _object_new = object.__new__
 
 
@@ -137,21 +156,22 @@ class RecordedCalls(Sequence[Call]):
     read when first iterated. Equal to any sequence of the same calls.
     """
 
-    __slots__ = ("_built", "_raw", "samples")
+    __slots__ = ("_built", "_raw", "_tools_only", "samples")
 
     samples: list[Sample]
     """The samples of the calls that have a model or arguments, in the order of :func:`calls_of`."""
 
-    def __init__(self, raw: Sequence[RawCall]) -> None:
-        found = recorded_calls(raw)
+    def __init__(self, raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> None:
+        found = recorded_calls(raw, tools_only)
         self._raw = raw
+        self._tools_only = tools_only
         self._built: tuple[Call, ...] | None = None
         self.samples = found.samples if found else []
 
     def calls(self) -> tuple[Call, ...]:
         built = self._built
         if built is None:
-            built = self._built = calls_of(self._raw)
+            built = self._built = calls_of(self._raw, self._tools_only)
         return built
 
     def __bool__(self) -> bool:
@@ -181,8 +201,11 @@ class RecordedCalls(Sequence[Call]):
         return repr(self.calls())
 
 
-def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
+def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> RecordedCalls | tuple[()]:
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
+
+    ``tools_only`` holds the span ids of calls already known to have answered with tool
+    calls only (the first-token rule, which read their events when recording them).
 
     What the root's end uses, and the one reading of a span's lever facts: values of the
     wrong type count as absent. It runs for every stage span with a model or arguments
@@ -196,7 +219,7 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
     samples: list[Sample] = []
     last = None
     ordered = True
-    for _, stage, start_ns, end_ns, first_token_ns, attributes in raw:
+    for span_id, stage, start_ns, end_ns, first_token_ns, attributes in raw:
         get: Callable[[str], object] = attributes.get
         model = get(_MODEL)
         if type(model) is not str or not model:
@@ -231,6 +254,10 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
                     reasons = _first(get, _OTHER_FINISH_REASONS)
                 if reasons is not None:
                     to_tools = _answered_with_tools(reasons)
+                elif tools_only and span_id in tools_only:
+                    to_tools = True
+                elif not _TOOL_ROW_KEYS.isdisjoint(attributes):  # another spelling: the first-token rule's
+                    to_tools = answered_with_tool_calls_only(attributes)
                 if not streamed:
                     streamed = get(_STREAM) is True or (bool(_OTHER_STREAM) and _any_true(get, _OTHER_STREAM))
             # A span that spells either count the conventions' way spells both so (an
@@ -272,6 +299,7 @@ def recorded_calls(raw: Sequence[RawCall]) -> RecordedCalls | tuple[()]:
         samples = _in_start_order(raw, samples)
     calls: RecordedCalls = _object_new(RecordedCalls)
     calls._raw = raw
+    calls._tools_only = tools_only
     calls._built = None
     calls.samples = samples
     return calls
@@ -303,8 +331,8 @@ def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
     return (type(model) is str and model != "") or not _no_lever_keys(attributes)
 
 
-def calls_of(raw: Sequence[RawCall]) -> tuple[Call, ...]:
-    """The calls a lever can use, in start order (then end, then span id).
+def calls_of(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> tuple[Call, ...]:
+    """The calls a lever can use, in start order (then end, then span id); ``tools_only`` as for recorded_calls.
 
     Those are the stage spans with a model or arguments, and the other spans of their
     stages (whose time the stage's union needs). A stage none of whose spans has either,
@@ -318,7 +346,7 @@ def calls_of(raw: Sequence[RawCall]) -> tuple[Call, ...]:
         attributes = item[5]
         if _has_lever_keys(attributes):  # the same spans as recorded_calls reads
             span_id, stage, start, end, ttft, _ = item
-            calls.append(call_of(span_id, stage, start, end, ttft, attributes))
+            calls.append(call_of(span_id, stage, start, end, ttft, attributes, tools_only))
             used.add(stage)
         else:
             others.append(item)
@@ -337,14 +365,20 @@ _RAW_ORDER = itemgetter(2, 3, 0)  # the same order on a RawCall
 
 
 def call_of(
-    span_id: int, stage: str, start_ns: int, end_ns: int, first_token_ns: int | None, attributes: Mapping[str, object]
+    span_id: int,
+    stage: str,
+    start_ns: int,
+    end_ns: int,
+    first_token_ns: int | None,
+    attributes: Mapping[str, object],
+    tools_only: AbstractSet[int] = _NO_TOOLS_ONLY,
 ) -> Call:
     """Read one stage span's attributes; values of the wrong type count as absent.
 
     A span with no model name and no arguments is read as :func:`calls_of` gives the
-    other spans of a stage: times only.
+    other spans of a stage: times only. ``tools_only`` as for :func:`recorded_calls`.
     """
-    found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)])
+    found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)], tools_only)
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
     (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found.samples[0]

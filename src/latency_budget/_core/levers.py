@@ -33,7 +33,10 @@ Five levers are read from the calls' attributes (sequential calls and iterations
     Generation calls whose output was for the user (not tool calls), with more output
     tokens than their model's median: the excess times the model's generation time per
     output token (the median of (duration - time to first token) / output tokens over
-    streamed calls, else a supported fit of duration on output tokens).
+    streamed calls, else a supported fit of duration on output tokens). Calls that
+    answered with tool calls only (``Call.to_tools``: every spelling the first-token rule
+    knows) stay out of the median, the rate and the fit alike: their many cheap tokens
+    would pull an answer's rate down.
 
 Every saving is a wall-clock saving of the stage (overlapping calls count once, see
 :func:`~latency_budget._core.estimators.shrunk_saving_ns`), capped at the stage's time
@@ -186,13 +189,13 @@ def summarise(
         for out, duration, ttft, generation, to_tools in zip(
             outputs_col, durations, ttfts, generation_col, tools_col, strict=True
         ):
-            if out is None or not generation:
+            # Tool-call outputs stay out (many cheap tokens): the rate is that of answers.
+            if out is None or not generation or to_tools:
                 continue
             if ttft is not None and out > 0 and duration >= (first := ttft / 1e6):
                 rates.append((duration - first) / out)
                 generating.append((out, duration - first))
-            if not to_tools:
-                by_output.append((out, duration))
+            by_output.append((out, duration))
     rate: float | None = None
     rate_calls = 0
     rate_from: Literal["streamed", "fit"] | None = None

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
-from latency_budget._config.genai_defaults import plausible_request
+from latency_budget._config.genai_defaults import TOOL_CALLS_ONLY, plausible_request
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
 from latency_budget._core.call_facts import Call, RawCall, recorded_calls
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 __all__ = ["StageTally", "TraceState", "is_local_root"]
 
 _NONE: frozenset[int] = frozenset()
+# The scopes whose spans say "tool calls only" in an event (TOOL_CALLS_ONLY): read on every
+# stage span of theirs, streamed or not; other spans' attributes say it, read when the root ends.
+_EVENT_SCOPES = frozenset(row.scope for row in TOOL_CALLS_ONLY if row.event is not None and row.scope is not None)
 Interval = tuple[int, int]
 
 
@@ -84,6 +87,7 @@ class TraceState:
         "root_start",
         "shared",
         "spans",
+        "tools_only",
         "trace_id",
         "truncated",
     )
@@ -124,6 +128,10 @@ class TraceState:
         # The recorded stage spans other than the root, with their (frozen) attributes, for
         # the latency levers (call_facts.RawCall, their stage by name): read only when the root ends.
         self.calls: list[RawCall] = []
+        # The span ids of recorded model calls that answered with tool calls only, as the
+        # first-token rule found (it may read events, which the levers never do): made
+        # when the first is found, so that their output stays out of the output-length rate.
+        self.tools_only: set[int] | None = None
         # The span ids of recorded stage spans nested in a span of their own stage (part of
         # that call, see calls.py), found by report(); the levers skip them as hints do.
         self.inner_calls: AbstractSet[int] = _NONE
@@ -182,7 +190,15 @@ class TraceState:
         if sources and definition.first_token_keys.isdisjoint(attributes):
             sources = definition.first_token_events  # the attribute sources have nothing to read
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
-        seen = ttft is not None and not answered_with_tool_calls_only(attributes, self.read_events, source, scope)
+        seen = False
+        if ttft is not None or scope in _EVENT_SCOPES:
+            # Whether the user saw its first token; and, read anyway, whether it made tool calls only.
+            tools = answered_with_tool_calls_only(attributes, self.read_events, source, scope)
+            seen = ttft is not None and not tools
+            if tools and span_id != self.root_id:
+                if self.tools_only is None:
+                    self.tools_only = set()
+                self.tools_only.add(span_id)
         if len(spans) < self.max_spans or span_id == self.root_id:
             # Name and call before the append: a span in a snapshot has both, for the hints.
             self.names[span_id] = name
@@ -303,7 +319,7 @@ class TraceState:
         if self.calls:
             inner = self.inner_calls
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
-            calls = recorded_calls(raw)
+            calls = recorded_calls(raw, self.tools_only or _NONE)
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
