@@ -142,3 +142,69 @@ def test_tool_call_outputs_stay_out_of_the_duration_fit_too(tmp_path: Path, caps
     (model,) = traffic.report(tmp_path, capsys)["models"]
     assert model["ms_per_output_token_from"] == "fit"
     assert model["ms_per_output_token"] == pytest.approx(RATE)
+
+
+CALLS = 20
+SEMCONV_TOOL: dict[str, AttributeValue] = {
+    "gen_ai.operation.name": "execute_tool",
+    "gen_ai.tool.name": "lookup_order",
+    "gen_ai.tool.call.arguments": '{"id": 7}',
+}
+OPENINFERENCE_TOOL: dict[str, AttributeValue] = {
+    "openinference.span.kind": "TOOL",
+    "tool.name": "lookup_order",
+    "input.value": '{"id": 7}',
+}
+RESULT_KEYS = {
+    "semantic conventions": (SEMCONV_TOOL, "gen_ai.tool.call.result"),
+    "OpenInference": (OPENINFERENCE_TOOL, "output.value"),
+}
+
+
+def _lookups(spelling: str, results: list[str | None]) -> Traffic:
+    """A request per result: one 100 ms lookup_order(7), its result recorded (``None``: not recorded)."""
+    tool, result_key = RESULT_KEYS[spelling]
+    traffic = Traffic()
+    for result in results:
+        attributes = dict(tool) if result is None else {**tool, result_key: result}
+        traffic.send(("lookup_order", 100, attributes))
+    return traffic
+
+
+@pytest.mark.parametrize("spelling", list(RESULT_KEYS))
+def test_identical_arguments_with_differing_results_earn_no_cache_hint(
+    spelling: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The order's status changes between calls: a cache would answer wrongly, so there is no cache hint anywhere."""
+    traffic = _lookups(spelling, ['{"status": "pending"}', '{"status": "shipped"}'] * (CALLS // 2))
+    assert traffic.hints("cache") == []
+    assert levers(traffic.report(tmp_path, capsys), "cache") == []
+
+
+@pytest.mark.parametrize("spelling", list(RESULT_KEYS))
+def test_identical_recorded_results_earn_a_cache_hint_that_says_so(
+    spelling: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every call returns the same: each after the first would be a 100 ms cache hit."""
+    traffic = _lookups(spelling, ['{"status": "shipped"}'] * CALLS)
+    found = traffic.hints("cache")
+    assert [hint[attr.HINT_SAVINGS_MS] for hint in found] == [100.0] * (CALLS - 1)
+    assert {hint[attr.HINT_BASIS] for hint in found} == {"identical_results"}
+    (row,) = levers(traffic.report(tmp_path, capsys), "cache")
+    assert row["savings_total_ms"] == pytest.approx(100.0 * (CALLS - 1))
+    assert "recorded results" in row["test"]
+    assert "not recorded" not in row["basis"]
+
+
+def test_a_cache_hint_without_recorded_results_says_what_it_assumes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No result recorded: the hint is given, and says it assumes identical results."""
+    traffic = _lookups("semantic conventions", [None] * CALLS)
+    found = traffic.hints("cache")
+    assert len(found) == CALLS - 1
+    assert {hint[attr.HINT_BASIS] for hint in found} == {"results_not_recorded"}
+    (row,) = levers(traffic.report(tmp_path, capsys), "cache")
+    assert row["savings_total_ms"] == pytest.approx(100.0 * (CALLS - 1))
+    assert "assumes identical results; results not recorded" in row["test"]
+    assert "assumes identical results; results not recorded" in row["basis"]

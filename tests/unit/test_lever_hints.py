@@ -32,7 +32,14 @@ stages:
   model_call: {budget_ms: 10000}
   tool_calls: {budget_ms: 1000}
 """
-HINT_KEYS = {attr.HINT_KIND, attr.STAGE, attr.HINT_SPAN_COUNT, attr.HINT_SAVINGS_MS, attr.HINT_BASIS_COUNT}
+HINT_KEYS = {
+    attr.HINT_KIND,
+    attr.STAGE,
+    attr.HINT_SPAN_COUNT,
+    attr.HINT_SAVINGS_MS,
+    attr.HINT_BASIS_COUNT,
+    attr.HINT_BASIS,
+}
 NAMED = {attr.HINT_SPAN_NAMES, attr.HINT_SPAN_IDS}  # the spans a hint is about (at most five, names bounded)
 
 
@@ -120,6 +127,7 @@ def test_identical_calls_within_and_across_requests_earn_a_cache_hint() -> None:
         attr.HINT_SPAN_COUNT: 2,  # the third has the same arguments too (other attributes do not count)
         attr.HINT_SAVINGS_MS: 150.0,
         attr.HINT_BASIS_COUNT: 2,
+        attr.HINT_BASIS: "results_not_recorded",  # identical results assumed
         **r.named(1, 2),
     }
     search = {"gen_ai.operation.name": "retrieval", "gen_ai.retrieval.query.text": "where is my order"}

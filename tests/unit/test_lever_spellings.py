@@ -64,6 +64,10 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         assert _read({**model, key: "kb"}).target == "kb"
     elif column == "arguments":
         assert _read({**model, key: '{"q": 1}'}).key is not None
+    elif column == "results":
+        with_args = {**model, CALL_KEYS.arguments[0]: "same"}
+        assert _read(with_args).result is None
+        assert None is not _read({**with_args, key: "one"}).result != _read({**with_args, key: "two"}).result
     elif column == "instructions":
         with_args = {**model, CALL_KEYS.arguments[0]: "same"}
         assert _read({**with_args, key: "be brief"}).key != _read(with_args).key

@@ -70,6 +70,7 @@ class CallKeys:
     tool_name: tuple[str, ...] = ()  # what a call without a model called
     data_source: tuple[str, ...] = ()  # ... when it names no tool either
     arguments: tuple[str, ...] = ()  # what makes two calls identical (the cache lever)
+    results: tuple[str, ...] = ()  # what an identical call returned: differing results are no cache's
     instructions: tuple[str, ...] = ()  # part of a call's identity too
     stream: tuple[str, ...] = ()  # true when the call asked to stream
     finish_reasons: tuple[str, ...] = ()
@@ -128,6 +129,7 @@ DIALECTS: tuple[Dialect, ...] = (
             tool_name=("gen_ai.tool.name",),
             data_source=("gen_ai.data_source.id",),
             arguments=("gen_ai.tool.call.arguments", "gen_ai.retrieval.query.text", "gen_ai.input.messages"),
+            results=("gen_ai.tool.call.result", "gen_ai.retrieval.documents", "gen_ai.output.messages"),
             instructions=("gen_ai.system_instructions",),
             stream=("gen_ai.request.stream",),
             finish_reasons=("gen_ai.response.finish_reasons",),
@@ -147,6 +149,7 @@ DIALECTS: tuple[Dialect, ...] = (
             input_tokens=("gen_ai.usage.prompt_tokens",),
             output_tokens=("gen_ai.usage.completion_tokens",),
             arguments=("gen_ai.prompt",),
+            results=("gen_ai.completion.0.content",),
         ),
     ),
     Dialect(
@@ -162,6 +165,7 @@ DIALECTS: tuple[Dialect, ...] = (
             output_tokens=("llm.token_count.completion",),
             tool_name=("tool.name",),
             arguments=("input.value",),
+            results=("output.value",),
             generation=True,
         ),
     ),

@@ -63,6 +63,7 @@ _INPUT, _OUTPUT = _INPUT_TOKENS[0], _OUTPUT_TOKENS[0]
 _PROVIDERS = CALL_KEYS.provider
 _ARGUMENTS = CALL_KEYS.arguments  # what makes two calls identical, besides stage and target: the first present
 _ARGUMENT_KEYS = frozenset(_ARGUMENTS)
+_RESULTS = CALL_KEYS.results  # read only on a span with arguments
 # The first spelling of these is read inline, the others (if any) only when it is missing.
 _FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
 _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
@@ -93,7 +94,19 @@ _object_new = object.__new__
 # arguments, and under callgrind a NamedTuple cost about 1,500 instructions more each
 # (through tuple.__new__; its own __new__, a Python-level call, about 3,300 more).
 Sample = tuple[
-    str, "str | None", int, int, "int | None", "int | None", "int | None", bool, bool, bool, "int | None", "str | None"
+    str,
+    "str | None",
+    int,
+    int,
+    "int | None",
+    "int | None",
+    "int | None",
+    bool,
+    bool,
+    bool,
+    "int | None",
+    "str | None",
+    "int | None",
 ]
 SAMPLE_FIELDS = (
     "stage",
@@ -108,6 +121,7 @@ SAMPLE_FIELDS = (
     "to_tools",
     "key",
     "target",
+    "result",
 )
 
 
@@ -123,7 +137,9 @@ class Call:
     another call they are ``None`` and ``False`` (a first token recorded still makes it
     ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
     is ``None`` when the span carries no arguments. ``target`` is what was called: a
-    model, a tool or a data source, for people only.
+    model, a tool or a data source, for people only. ``result`` is a hash of what a call
+    with arguments returned (``gen_ai.tool.call.result``, OpenInference's
+    ``output.value``...: the ``results`` column of the dialects), ``None`` when not recorded.
     """
 
     span_id: int
@@ -141,6 +157,7 @@ class Call:
     output_tokens: int | None
     key: int | None
     target: str | None
+    result: int | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -272,11 +289,14 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
             target = _first_str(get, CALL_KEYS.tool_name)
             if target is None:
                 target = _first_text(get, CALL_KEYS.data_source)
-        key = None
+        key = result = None
         if not _no_arguments(attributes):
             arguments = _first(get, _ARGUMENTS)
             if arguments is not None:
                 key = _identity(stage, get(_OPERATION), target, arguments, _first(get, CALL_KEYS.instructions))
+                returned = _first(get, _RESULTS)
+                if returned is not None:
+                    result = _hashed(returned)
         samples.append(
             (
                 stage,
@@ -291,6 +311,7 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 to_tools,
                 key,
                 target,
+                result,
             )
         )
     if not samples:
@@ -381,7 +402,9 @@ def call_of(
     found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)], tools_only)
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target) = found.samples[0]
+    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target, result) = (
+        found.samples[0]
+    )
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
@@ -404,6 +427,7 @@ def call_of(
         output_tokens,
         key,
         target,
+        result,
     )
 
 
@@ -477,6 +501,16 @@ def _answered_with_tools(reasons: object) -> bool:
     if isinstance(reasons, (tuple, list)):
         return any(reason in _TO_TOOLS for reason in reasons)
     return False
+
+
+def _hashed(value: object) -> int | None:
+    """A hash of a recorded result (a list, as replayed JSON gives, as a tuple); ``None`` when it cannot be hashed."""
+    if isinstance(value, list):
+        value = tuple(value)
+    try:
+        return hash(value)
+    except TypeError:
+        return None
 
 
 def _identity(stage: str, operation: object, target: str | None, arguments: object, instructions: object) -> int | None:

@@ -13,7 +13,10 @@ Five levers are read from the calls' attributes (sequential calls and iterations
 ``cache``
     Calls identical to an earlier one (same stage, target and arguments, where the span
     carries arguments), earlier in the same request or in an earlier one: the stage time
-    they took, if a cache hit cost nothing.
+    they took, if a cache hit cost nothing. Where calls of one identity recorded
+    different results (``Call.result``), a cache would change the answer: none of them
+    counts. Where the results were not recorded, they are assumed identical, and the
+    finding says so.
 ``model_choice``
     Calls to a model whose median duration in the stage is above the fastest model's
     there (each with at least :data:`MIN_MODEL_CALLS` calls): each would take its
@@ -70,6 +73,9 @@ from latency_budget._core.kinds import LEVER_KINDS, LeverKind
 from latency_budget._core.report import TraceReport
 
 __all__ = [
+    "CACHE_ASSUMED",
+    "CACHE_RESULTS",
+    "DIFFERING",
     "FITTED",
     "FIT_NAMES",
     "LEVER_KINDS",
@@ -84,6 +90,8 @@ __all__ = [
     "LeverKind",
     "ModelStats",
     "RecordedBaseline",
+    "Result",
+    "merged_result",
     "passed_fits",
     "request_levers",
     "summarise",
@@ -155,7 +163,7 @@ def summarise(
     # a series' recent calls at each refresh, and a loop reading each call's fields cost
     # about 4,400 instructions per call (callgrind), the columns about a quarter of that.
     try:  # samples (the processor's) are tuples: transposed in one call
-        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _ = zip(
+        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _, _ = zip(
             *calls, strict=True
         )
     except (TypeError, ValueError):  # calls (the CLI's), or none
@@ -268,6 +276,23 @@ class Baseline(Protocol):
     def seen(self, key: int) -> bool:
         """Whether a call with this identity was made in an earlier request."""
 
+    def result(self, key: int) -> Result:
+        """What the earlier requests' calls with this identity returned (see :func:`merged_result`)."""
+
+
+# What calls of one identity returned: one result's hash, None (not recorded), or DIFFERING.
+Result = int | str | None
+DIFFERING = "differing results"  # calls of one identity returned different results: no cache's
+
+
+def merged_result(before: Result, result: Result) -> Result:
+    """What calls of one identity returned, with one more: a result not recorded contradicts none."""
+    if before is None:
+        return result
+    if result is None or result == before:
+        return before
+    return DIFFERING
+
 
 class RecordedBaseline:
     """A :class:`Baseline` over a fixed set of calls, such as a whole recording.
@@ -284,6 +309,7 @@ class RecordedBaseline:
                 self._groups.setdefault(call.stage, {}).setdefault(call.model, []).append(call)
         self._stats: dict[tuple[str, str], ModelStats] = {}
         self.earlier: set[int] = set()
+        self.results: dict[int, Result] = {}  # identity -> what its earlier calls returned, where recorded
 
     def calls(self, stage: str, model: str) -> list[Call]:
         """The calls of ``model`` in ``stage``, in the order given."""
@@ -316,6 +342,19 @@ class RecordedBaseline:
     def seen(self, key: int) -> bool:
         return key in self.earlier
 
+    def result(self, key: int) -> Result:
+        return self.results.get(key)
+
+    def remember(self, calls: Iterable[Call]) -> None:
+        """Add the identities of a request's calls, and what they returned, to ``earlier``."""
+        results = self.results
+        for call in calls:
+            key = call.key
+            if key is not None:
+                self.earlier.add(key)
+                if call.result is not None:
+                    results[key] = merged_result(results.get(key), call.result)
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -328,8 +367,10 @@ class Finding:
     ``repeated_within`` counts, for ``cache``, the calls repeated within the request
     (the others repeated an earlier request's); ``span_ids`` are the calls it concerns.
     ``test`` says, for people, what the data passed for the estimate to be given: a
-    sample size, a fit's interval and R², or a rank test. ``fit_basis`` says, for
-    ``context_size``, what was fitted on input tokens (``latency_budget.hint.basis``).
+    sample size, a fit's interval and R², or a rank test. ``rests_on`` says, for
+    ``context_size``, what was fitted on input tokens, and for ``cache``, whether the
+    repeated calls' results were recorded (:data:`CACHE_RESULTS`) or assumed identical
+    (:data:`CACHE_ASSUMED`): ``latency_budget.hint.basis``.
     """
 
     kind: LeverKind
@@ -342,7 +383,9 @@ class Finding:
     repeated_within: int = 0
     span_ids: tuple[int, ...] = ()  # the calls it concerns, in start order
     test: str = ""
-    fit_basis: ContextBasis | None = None  # for ``context_size``: what its fit is of (ModelStats.context_basis)
+    # What the estimate rests on (``latency_budget.hint.basis``): for ``context_size`` what its
+    # fit is of (ModelStats.context_basis); for ``cache`` whether results were recorded.
+    rests_on: str | None = None
 
 
 def request_levers(
@@ -454,21 +497,41 @@ def _span_ids(members: Sequence[Call], chosen: dict[int, int]) -> tuple[int, ...
     return tuple(members[index].span_id for index in sorted(chosen))
 
 
+CACHE_RESULTS = "identical_results"  # the cache hint's basis: every repeated call's results recorded, and equal
+CACHE_ASSUMED = "results_not_recorded"  # ... some not recorded: identical results assumed
+
+
 def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
+    # What each identity returned, here and in earlier requests: a call whose identical
+    # calls returned different results is not one a cache could answer.
+    results: dict[int, Result] = {}
+    for call in members:
+        key = call.key
+        if key is not None:
+            before = results[key] if key in results else baseline.result(key)
+            results[key] = merged_result(before, call.result)
     here: set[int] = set()  # identities called earlier in this request
     repeated: dict[int, int] = {}  # index -> 0: the call would not be made
     within = 0
+    assumed = False  # a repeated identity whose results were not recorded
     targets: dict[str, None] = {}
     for index, call in enumerate(members):
         key = call.key
         if key is None:
             continue
         if key in here:
-            within += 1
+            within_request = True
         elif not baseline.seen(key):
             here.add(key)
             continue
+        else:
+            within_request = False
         here.add(key)
+        returned = results[key]
+        if returned == DIFFERING:
+            continue
+        within += within_request
+        assumed = assumed or returned is None
         repeated[index] = 0
         if call.target is not None:
             targets[call.target] = None
@@ -478,8 +541,14 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
     if saving <= 0:  # identical calls side by side: a cache would not shorten the stage
         return None
     ids = _span_ids(members, repeated)
-    test = "identical stage, target and arguments"
-    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids, test)
+    if assumed:
+        test, basis = (
+            "identical stage, target and arguments; assumes identical results; results not recorded",
+            CACHE_ASSUMED,
+        )
+    else:
+        test, basis = "identical stage, target, arguments and recorded results", CACHE_RESULTS
+    return Finding("cache", stage, len(repeated), saving, len(repeated), tuple(targets), None, within, ids, test, basis)
 
 
 def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
@@ -582,7 +651,7 @@ def _token_levers(
                         tuple(models),
                         span_ids=ids,
                         test=test,
-                        fit_basis=fitted,
+                        rests_on=fitted,
                     )
                 )
     return found_levers

@@ -34,7 +34,15 @@ from latency_budget._config.model import BudgetSet
 from latency_budget._core.call_facts import Call, RecordedCalls, Sample, sample_of
 from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
-from latency_budget._core.levers import FitName, ModelStats, passed_fits, request_levers, summarise
+from latency_budget._core.levers import (
+    FitName,
+    ModelStats,
+    Result,
+    merged_result,
+    passed_fits,
+    request_levers,
+    summarise,
+)
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -150,7 +158,7 @@ class RecentCalls:
     def __init__(self, on_error: Callable[[Exception], object] | None = None) -> None:
         self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
         self._count = 0
-        self._keys: dict[int, None] = {}  # oldest first
+        self._keys: dict[int, Result] = {}  # identity -> what its calls returned (see merged_result), oldest first
         self.cut = 0
         self._on_error = on_error  # told of an estimate that failed (lever_hints never raises)
 
@@ -184,7 +192,7 @@ class RecentCalls:
                     f.span_ids[:NAMED_SPANS],
                     tuple(names.get(span_id, "") for span_id in f.span_ids[:NAMED_SPANS]),
                     f.basis,
-                    f.fit_basis,
+                    f.rests_on,
                 )
                 for f in findings
                 if f.saving_ms is not None and f.saving_ms > 0
@@ -205,7 +213,7 @@ class RecentCalls:
         pending: list[tuple[Sample, _Series]] | None = None  # calls whose series has fits to compare them with
         series_of = self._series
         for sample in samples:
-            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _ = sample
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
@@ -281,15 +289,16 @@ class RecentCalls:
                 MAX_NAME_CHARS,
             )
         kept = _cut(model)
-        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target))
+        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target), sample[12])
 
     def remember(self, samples: Sequence[Sample]) -> None:
-        """Remember the identities of ``samples``, for later requests (the oldest are forgotten first)."""
+        """Remember the identities of ``samples`` and what they returned, for later requests (the oldest go first)."""
         keys = self._keys
         for sample in samples:
             key = sample[10]
             if key is not None:
-                keys[key] = None
+                result = sample[12]
+                keys[key] = merged_result(keys.get(key), result) if result is not None else keys.get(key)
         while len(keys) > MAX_KEYS:
             try:
                 del keys[next(iter(keys))]
@@ -313,6 +322,9 @@ class RecentCalls:
 
     def seen(self, key: int) -> bool:
         return key in self._keys
+
+    def result(self, key: int) -> Result:
+        return self._keys.get(key)
 
 
 def _cut(name: str | None) -> str | None:

@@ -174,7 +174,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
                 per_request[key] = per_request.get(key, 0.0) + hint.potential_savings_ms
         for key, value in per_request.items():
             savings.setdefault(key, []).append(value)
-        baseline.earlier.update(call.key for call in report.calls if call.key is not None)
+        baseline.remember(report.calls)
     keys = set(savings) | set(unestimated)
     levers = [
         _summary(
@@ -249,6 +249,7 @@ def _summary(
             basis = (
                 f"{repeats} calls identical to an earlier one ({within} within a request, {earlier} from an "
                 "earlier request), if a cache hit cost nothing"
+                + ("; assumes identical results; results not recorded" if "not recorded" in test else "")
             )
             advice = f"cache the results of {named}: identical calls repeat"
         case "model_choice":
