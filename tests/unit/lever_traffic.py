@@ -28,8 +28,9 @@ Child = (
 class Traffic:
     """Requests one after another through one processor; each a root whose children run back to back."""
 
-    def __init__(self) -> None:
-        self.p: Pipeline = pipeline(BUDGETS)
+    def __init__(self, budgets: str = BUDGETS) -> None:
+        self.budgets = budgets
+        self.p: Pipeline = pipeline(budgets)
         self.now = 0.0
 
     def send(self, *children: Child) -> None:
@@ -66,7 +67,7 @@ class Traffic:
         traces = tmp_path / "traces.jsonl"
         traces.write_text(json.dumps(encode_otlp_json(self.p.finished())) + "\n", encoding="utf-8")
         budgets = tmp_path / "budgets.yaml"
-        budgets.write_text(BUDGETS, encoding="utf-8")
+        budgets.write_text(self.budgets, encoding="utf-8")
         capsys.readouterr()
         assert main(["report", str(traces), "--budgets", str(budgets), "--format", "json"]) == 0
         data: dict[str, Any] = json.loads(capsys.readouterr().out)

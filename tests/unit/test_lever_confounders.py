@@ -208,3 +208,27 @@ def test_a_cache_hint_without_recorded_results_says_what_it_assumes(
     assert row["savings_total_ms"] == pytest.approx(100.0 * (CALLS - 1))
     assert "assumes identical results; results not recorded" in row["test"]
     assert "assumes identical results; results not recorded" in row["basis"]
+
+
+SMALL_BUDGETS = """
+version: 1
+stages:
+  model_call: {budget_ms: 10000}
+  tool_calls: {budget_ms: 1000, max_calls: 1}
+"""
+
+
+def test_the_left_out_count_counts_the_shape_hints_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two back-to-back 2 ms tool calls over a max_calls of 1: a sequential and an iterations finding of 2 ms each,
+    both under the 5 ms threshold: no hint, and report counts them left out."""
+    traffic = Traffic(SMALL_BUDGETS)
+    for _ in range(CALLS):
+        traffic.send(
+            ("tool a", 2, {"gen_ai.operation.name": "execute_tool"}),
+            ("tool b", 2, {"gen_ai.operation.name": "execute_tool"}),
+        )
+    assert traffic.hints("sequential_calls") == traffic.hints("iterations") == []
+    report = traffic.report(tmp_path, capsys)
+    assert report["where_to_win"] == []
+    assert report["left_out_under_min_saving_ms"] == 2 * CALLS
+    assert [report.hints_left_out for report in traffic.p.reports] == [2] * CALLS  # the processor's, the same

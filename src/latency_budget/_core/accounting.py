@@ -57,13 +57,15 @@ def evaluate(
     root_name: str | None = None,
     start_time_ns: int | None = None,
     end_time_ns: int | None = None,
+    hints_left_out: int = 0,
 ) -> TraceReport:
     """Judge one request's measurements against ``budgets``.
 
     ``measurements`` is keyed by stage name; stages without one were not seen.
     ``first_token_ms`` is the request-level time to first token, when known.
     ``critical_ms`` (per stage) and ``unattributed_ms`` split the critical path, when
-    a timeline is known; ``hints`` and ``calls`` (the request's stage calls, for the
+    a timeline is known; ``hints`` (with ``hints_left_out``, the number
+    ``hints.min_saving_ms`` held back) and ``calls`` (the request's stage calls, for the
     latency levers) are passed through to the report. ``levers``, given the calls and the
     judged report, returns the lever hints, which follow ``hints``. This is the one
     builder of a report: nothing assigns to one after it returns.
@@ -145,6 +147,7 @@ def evaluate(
         start_time_ns=start_time_ns,
         end_time_ns=end_time_ns,
         calls=calls,
+        hints_left_out=hints_left_out,
     )
     # Only an empty tuple is tested for emptiness: a RecordedCalls's truth is a Python-level
     # call, and one the processor gives is never empty (any other empty sequence gives no hint).
@@ -171,6 +174,7 @@ def evaluate(
         report.start_time_ns,
         report.end_time_ns,
         report.calls,
+        report.hints_left_out,
     )
 
 

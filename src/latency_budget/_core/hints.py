@@ -15,7 +15,7 @@ One hint per kind and stage, whatever the number of runs: its saving is wall-clo
 stage's union before minus its union with all of the lever's changes applied together
 (runs in concurrent sub-agents overlap, and count once), and at most the stage's time on
 the request's critical path. A hint is given only when it would save at least the
-profile's ``min_saving_ms``.
+profile's ``min_saving_ms``; one left out is counted (``TraceReport.hints_left_out``).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ __all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 NAMED_SPANS = 5
 
 _NO_NAMES: Mapping[int, str] = {}
+_NOTHING: tuple[tuple[Hint, ...], int] = ((), 0)
 
 
 @dataclass(slots=True)
@@ -69,8 +70,11 @@ def find_hints(
     kinds: Callable[[], Mapping[int, str]] | None = None,
     nested: AbstractSet[int] = frozenset(),
     critical_ns: Sequence[int] | None = None,
-) -> tuple[Hint, ...]:
-    """Hints for one trace, sequential-call hints first, then iterations, by savings.
+) -> tuple[tuple[Hint, ...], int]:
+    """Hints for one trace, sequential-call hints first, then iterations, by savings; and how many were left out.
+
+    A hint that would save less than ``min_saving_ms`` (but something) is left out, and
+    counted in the second value, as the levers' findings are (``report``'s left-out count).
 
     ``counts`` (calls per stage index, when the caller already has them) lets a trace
     with nothing to hint skip the work: most traces have no repeated stage. ``names``
@@ -92,12 +96,13 @@ def find_hints(
         if counts[index] >= least:
             break
     else:
-        return ()
+        return _NOTHING
     parallelizable = {i for i, stage in enumerate(stages) if stage.parallelizable and counts[i] >= 2}
     over_calls = [i for i, stage in enumerate(stages) if stage.max_calls is not None and counts[i] > stage.max_calls]
     if not parallelizable and not over_calls:
-        return ()
+        return _NOTHING
     least_ms = budgets.min_saving_ms
+    left_out = 0
     hints: list[Hint] = []
     known = names if names is not None else _NO_NAMES
     runs: dict[int, list[list[_Sibling]]] = {}  # stage index -> its sequential runs
@@ -126,7 +131,9 @@ def find_hints(
                 moved[span_id] = (first, first + max(0, end - start))
         after = [moved.get(span[0], (span[2], span[3])) for span in calls]
         savings = _capped(union_length([(s[2], s[3]) for s in calls]) - union_length(after), index, critical_ns)
-        if savings > 0 and savings >= least_ms:
+        if savings > 0 and savings < least_ms:
+            left_out += 1
+        elif savings > 0:
             in_runs = sorted((sibling for run in stage_runs for sibling in run), key=_start_order)
             ids, span_names = _named([sibling[6] for sibling in in_runs], known)
             hints.append(Hint("sequential_calls", stages[index].name, len(in_runs), savings, ids, span_names))
@@ -138,11 +145,13 @@ def find_hints(
             kept = [(s[2], s[3]) for s in calls[:limit]]
             removed = union_length([(s[2], s[3]) for s in calls]) - (union_length(kept) if kept else 0)
             extra = _capped(removed, index, critical_ns)
-            if extra > 0 and extra >= least_ms:
+            if extra > 0 and extra < least_ms:
+                left_out += 1
+            elif extra > 0:
                 ids, span_names = _named(calls[limit:], known)
                 hints.append(Hint("iterations", budget.name, len(calls), extra, ids, span_names))
     hints.sort(key=lambda h: (h.kind != "sequential_calls", -h.potential_savings_ms))
-    return tuple(hints)
+    return tuple(hints), left_out
 
 
 def _calls(spans: Sequence[RecordedSpan], index: int, nested: AbstractSet[int]) -> list[RecordedSpan]:

@@ -102,6 +102,7 @@ class TraceReport:
     start_time_ns: int | None = None  # the local root's start and end (epoch ns), when known
     end_time_ns: int | None = None
     calls: Sequence[Call] = ()  # read from the spans when first iterated (see RecordedCalls)
+    hints_left_out: int = 0  # hints of the trace's shape that hints.min_saving_ms held back
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

@@ -307,12 +307,14 @@ class TraceState:
             for budget, ns in zip(stages, critical, strict=True):  # a loop: a comprehension is a call
                 critical_ms[budget.name] = ns / 1e6
             unattributed_ms = unattributed / 1e6
-            hints = find_hints(self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested, critical)
+            hints, left_out = find_hints(
+                self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested, critical
+            )
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
             critical_ms = {budget.name: 0.0 for budget in stages}
             unattributed_ms = total_ms
-            hints = ()
+            hints, left_out = (), 0
         # One call is one call for the levers too: the stage calls but those nested in a call
         # of their stage (inner_calls, found above), inline (a call costs more than the test).
         calls: Sequence[Call] = ()
@@ -338,6 +340,7 @@ class TraceState:
             root_name=root_name,
             start_time_ns=root_start,
             end_time_ns=root_end,
+            hints_left_out=left_out,
         )
 
     def _find_nested(

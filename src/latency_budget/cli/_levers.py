@@ -125,8 +125,9 @@ class ContextRow:
 class LeverAnalysis:
     """Where to win, the models by stage and the context-size fits, over ``requests`` requests.
 
-    ``left_out`` counts the findings (a lever in a request) whose estimated saving was
-    below their profile's ``hints.min_saving_ms``, and that are in no figure here.
+    ``left_out`` counts the findings (a lever in a request, or a hint of its shape: sequential
+    calls, iterations) whose estimated saving was below their profile's
+    ``hints.min_saving_ms``, and that are in no figure here.
     """
 
     requests: int
@@ -192,7 +193,11 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     ]
     levers.sort(key=lambda lever: (not lever.savings_ms, -lever.total_ms, lever.kind, lever.stage))
     return LeverAnalysis(
-        len(ordered), tuple(levers), tuple(_model_rows(baseline)), tuple(_context_rows(baseline)), len(left_out)
+        len(ordered),
+        tuple(levers),
+        tuple(_model_rows(baseline)),
+        tuple(_context_rows(baseline)),
+        len(left_out) + sum(report.hints_left_out for report in ordered),
     )
 
 
