@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from latency_budget._core.kinds import HINT_KINDS
+from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS
 from latency_budget._demo import example_budgets, run_demo
 from latency_budget._demo.run import DemoRun
 from latency_budget.cli._levers import analyse_levers
@@ -123,14 +124,21 @@ def test_the_legacy_client_waits_for_whole_answers(recorded: tuple[DemoRun, list
 
 
 def test_every_lever_shows_in_some_requests_and_not_in_others(recorded: tuple[DemoRun, list[ReadableSpan]]) -> None:
-    """Each lever kind is hinted on some of the demo's traces, never on all, and each is estimated in the summary."""
+    """Each lever kind is hinted on some of the demo's traces, never on all, and each is estimated in the summary.
+
+    But for model choice: in process it waits for a full window of calls of each model
+    (MIN_MODEL_CALLS_IN_PROCESS), which the slower model does not reach in 150 requests.
+    """
     run, _ = recorded
     reports = [r for r in run.reports if r is not None]
     kinds = [{hint.kind for hint in report.hints} for report in reports]
     expected = set(HINT_KINDS)
-    for kind in expected:
+    for kind in expected - {"model_choice"}:
         having = sum(1 for found in kinds if kind in found)
         assert 0 < having < len(reports), kind
+    assert not any("model_choice" in found for found in kinds)
+    slower = sum(1 for report in reports for call in report.calls if call.model == "gpt-4o")
+    assert 0 < slower < MIN_MODEL_CALLS_IN_PROCESS
     analysis = analyse_levers(reports)
     assert {lever.kind for lever in analysis.levers if lever.savings_ms} == expected
     models = {row.model for row in analysis.models if row.stage == "model_call"}

@@ -136,9 +136,10 @@ def send(collector: CollectorService, service: str) -> Sent:
 def _requests(tracer: trace.Tracer) -> trace.SpanContext:
     """The earlier requests and the target one; the target root's context."""
     start = time.time_ns() - 600_000 * MS
-    # Earlier requests: each model streams, at 12 context sizes and answer lengths in turn; 62 of
-    # them, so that gpt-4o's window of 64 calls is full in the target request (fits are tested then).
-    for n in range(62):
+    # Earlier requests: each model streams, at 12 context sizes and answer lengths in turn; 63 of
+    # them, so that both models' windows of 64 calls are full in the target request (fits are
+    # tested then, and models are compared only then: MIN_MODEL_CALLS_IN_PROCESS).
+    for n in range(63):
         request = Timeline(tracer, "POST /v1/support/chat", start)
         if n == 0:
             request.child("retrieval support-kb", 40, retrieval())

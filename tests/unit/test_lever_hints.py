@@ -19,7 +19,7 @@ except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMem
 
 from latency_budget import TraceReport, load_budgets
 from latency_budget import _attributes as attr
-from latency_budget._core.recent import WINDOW
+from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS, WINDOW
 from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.export import BudgetMetrics, HintLogEmitter
 
@@ -136,18 +136,24 @@ def test_identical_calls_within_and_across_requests_earn_a_cache_hint() -> None:
 
 
 def test_a_slower_model_is_compared_with_the_fastest_one_in_its_stage() -> None:
-    """Ten calls of fast at 100 ms and ten of slow at 400 ms: a 400 ms slow call would take 100 ms."""
+    """A window of calls of fast at 100 ms and of slow at 400 ms: a 400 ms slow call would take 100 ms.
+
+    Not before each model has a full window (MIN_MODEL_CALLS_IN_PROCESS): young medians wander.
+    """
     r = Requests()
-    for _ in range(10):
+    for _ in range(MIN_MODEL_CALLS_IN_PROCESS - 1):
         r.send(("chat fast", 100, chat("fast", stream=True, ttft_s=0.0625)))
         r.send(("chat slow", 400, chat("slow", stream=True, ttft_s=0.0625)))
+    # 64 calls of slow (its own included), 63 of fast: not yet.
+    assert "model_choice" not in hints(r.send(("chat slow", 400, chat("slow", stream=True, ttft_s=0.0625))))
+    r.send(("chat fast", 100, chat("fast", stream=True, ttft_s=0.0625)))
     found = hints(r.send(("chat slow", 400, chat("slow", stream=True, ttft_s=0.0625))))
     assert found["model_choice"] == {
         attr.HINT_KIND: "model_choice",
         attr.STAGE: "model_call",
         attr.HINT_SPAN_COUNT: 1,
         attr.HINT_SAVINGS_MS: 300.0,
-        attr.HINT_BASIS_COUNT: 10,
+        attr.HINT_BASIS_COUNT: MIN_MODEL_CALLS_IN_PROCESS,
         **r.named(0),
     }
 

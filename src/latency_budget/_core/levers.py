@@ -19,8 +19,9 @@ Five levers are read from the calls' attributes (sequential calls and iterations
     finding says so.
 ``model_choice``
     Calls to a model whose median duration in the stage is above the fastest model's
-    there (each with at least :data:`MIN_MODEL_CALLS` calls): each would take its
-    duration times the ratio of the two medians.
+    there (each with at least the baseline's ``min_model_calls``: :data:`MIN_MODEL_CALLS`
+    over a recording, a full window of recent calls in process, where a young series'
+    medians would wander): each would take its duration times the ratio of the two medians.
 ``context_size``
     Calls with more input tokens than their model's median in the stage, where a
     Theil-Sen fit of what input moves is supported: trimming them to the median saves
@@ -270,6 +271,10 @@ class Baseline(Protocol):
     def models(self, stage: str) -> Sequence[tuple[str, ModelStats]]:
         """Every model seen in ``stage``, with its statistics."""
 
+    @property
+    def min_model_calls(self) -> int:
+        """Calls of each model before two are compared: :data:`MIN_MODEL_CALLS` on a recording, more in process."""
+
     def model_count(self, stage: str) -> int:
         """How many models were seen in ``stage`` (cheap: no statistics computed)."""
 
@@ -308,6 +313,7 @@ class RecordedBaseline:
             if call.model is not None:
                 self._groups.setdefault(call.stage, {}).setdefault(call.model, []).append(call)
         self._stats: dict[tuple[str, str], ModelStats] = {}
+        self.min_model_calls = MIN_MODEL_CALLS
         self.earlier: set[int] = set()
         self.results: dict[int, Result] = {}  # identity -> what its earlier calls returned, where recorded
 
@@ -554,7 +560,8 @@ def _cache(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) 
 def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: float) -> Finding | None:
     if not any(c.model is not None for c in members):
         return None
-    compared = [(model, stats) for model, stats in baseline.models(stage) if stats.n >= MIN_MODEL_CALLS]
+    least = baseline.min_model_calls
+    compared = [(model, stats) for model, stats in baseline.models(stage) if stats.n >= least]
     if len(compared) < 2:
         return None
     fastest, best = min(compared, key=lambda item: (item[1].duration_p50_ms, item[0]))
@@ -577,7 +584,7 @@ def _model_choice(stage: str, members: Sequence[Call], baseline: Baseline, cap: 
     if saving <= 0:
         return None
     ids = _span_ids(members, shorter)
-    test = f"at least {MIN_MODEL_CALLS} calls of each model compared"
+    test = f"at least {least} calls of each model compared"
     return Finding(
         "model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids, test=test
     )

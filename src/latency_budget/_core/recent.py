@@ -52,6 +52,7 @@ __all__ = [
     "MAX_KEYS",
     "MAX_NAME_CHARS",
     "MAX_SERIES",
+    "MIN_MODEL_CALLS_IN_PROCESS",
     "REFRESH",
     "RETEST",
     "WINDOW",
@@ -67,6 +68,10 @@ RETEST = 16 * WINDOW  # calls between two tests of a series' fits (the first whe
 MAX_DECISIONS = 40
 EXACT_UP_TO = 16  # statistics are recomputed after every call until a series has had this many
 REFRESH = 2 * WINDOW  # ... and then at most every this many calls
+# Calls of each model before the processor compares two (a full window): the medians of a
+# young series wander, and a model-choice hint on them differed from report's on the same
+# calls by 15% (see the README's tolerance, tests/unit/test_lever_confounders.py).
+MIN_MODEL_CALLS_IN_PROCESS = WINDOW
 FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, not 2016
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
@@ -158,6 +163,7 @@ class RecentCalls:
     def __init__(self, on_error: Callable[[Exception], object] | None = None) -> None:
         self._series: dict[str, dict[str, _Series]] = {}  # stage -> model -> series
         self._count = 0
+        self.min_model_calls = MIN_MODEL_CALLS_IN_PROCESS
         self._keys: dict[int, Result] = {}  # identity -> what its calls returned (see merged_result), oldest first
         self.cut = 0
         self._on_error = on_error  # told of an estimate that failed (lever_hints never raises)

@@ -254,7 +254,6 @@ def _summary(
             basis = (
                 f"{repeats} calls identical to an earlier one ({within} within a request, {earlier} from an "
                 "earlier request), if a cache hit cost nothing"
-                + ("; assumes identical results; results not recorded" if "not recorded" in test else "")
             )
             advice = f"cache the results of {named}: identical calls repeat"
         case "model_choice":
@@ -271,7 +270,7 @@ def _summary(
             if fit is not None and stats is not None and stats.input_p50 is not None:
                 what = FITTED[stats.context_basis] if stats.context_basis is not None else "duration on input tokens"
                 basis = (
-                    f"Theil-Sen fit of {what}, of {main}: {fit_caption(fit)}; "
+                    f"Theil-Sen fit for {main} of {what}: {fit_caption(fit)}; "
                     f"contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
                 )
                 advice = (
