@@ -76,7 +76,7 @@ _OTHER_NAMES = frozenset((*_INPUT_TOKENS[1:], *_OUTPUT_TOKENS[1:], *_PROVIDERS[1
 _TO_TOOLS = TOOL_CALL_FINISH_REASONS  # the one list, shared with the first-token rule (first_token.py)
 # The attributes of the first-token rule's other ways to say "tool calls only" (indexed
 # finish reasons, output messages, OpenInference's tool calls): read, through that rule,
-# only on a generation call without the finish reasons read inline.
+# only on a generation call without a first token or the finish reasons read inline.
 _TOOL_ROW_KEYS = frozenset(
     key
     for row in TOOL_CALLS_ONLY
@@ -84,6 +84,7 @@ _TOOL_ROW_KEYS = frozenset(
     for key in (row.finish_key, row.messages_key, row.tool_call_key)
     if key is not None and key not in CALL_KEYS.finish_reasons
 )
+_no_tool_rows = _TOOL_ROW_KEYS.isdisjoint
 _NO_TOOLS_ONLY: frozenset[int] = frozenset()
 _object_new = object.__new__
 
@@ -221,8 +222,11 @@ class RecordedCalls(Sequence[Call]):
 def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> RecordedCalls | tuple[()]:
     """The :class:`RecordedCalls` of ``raw``, or ``()`` when no span has a model or arguments (no call, no lever).
 
-    ``tools_only`` holds the span ids of calls already known to have answered with tool
-    calls only (the first-token rule, which read their events when recording them).
+    ``tools_only`` holds the span ids of the calls that answered with tool calls only as
+    the first-token rule found when it recorded them (``TraceState.tools_only``): every
+    call with a first token, and those whose scope says it in an event, read with every
+    spelling then, and not twice. Another call is read here: its finish reasons, else the
+    rule's other attribute spellings (only on a span that carries one of them).
 
     What the root's end uses, and the one reading of a span's lever facts: values of the
     wrong type count as absent. It runs for every stage span with a model or arguments
@@ -271,9 +275,9 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                     reasons = _first(get, _OTHER_FINISH_REASONS)
                 if reasons is not None:
                     to_tools = _answered_with_tools(reasons)
-                elif tools_only and span_id in tools_only:
+                elif tools_only and span_id in tools_only:  # decided when recorded, every spelling read
                     to_tools = True
-                elif not _TOOL_ROW_KEYS.isdisjoint(attributes):  # another spelling: the first-token rule's
+                elif first_token_ns is None and not _no_tool_rows(attributes):  # the rule's other spellings
                     to_tools = answered_with_tool_calls_only(attributes)
                 if not streamed:
                     streamed = get(_STREAM) is True or (bool(_OTHER_STREAM) and _any_true(get, _OTHER_STREAM))
