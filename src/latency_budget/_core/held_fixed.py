@@ -18,7 +18,12 @@ from collections.abc import Sequence
 
 from latency_budget._core.estimators import MAX_FIT_POINTS, Z95, Fit, median, theil_sen
 
-__all__ = ["held_fixed_fit", "median_slope"]
+__all__ = ["NUISANCE_POINTS", "held_fixed_fit", "median_slope"]
+
+# Points (thinned evenly along output tokens) behind each line on output tokens: bounded, so
+# that the fit's cost past thinning is that of the one Theil-Sen fit on the remainders. The
+# lines only remove what output explains; their slopes need not be as exact as the fit's.
+NUISANCE_POINTS = 64
 
 
 def median_slope(points: Sequence[tuple[float, float]], *, max_points: int = MAX_FIT_POINTS) -> float:
@@ -48,6 +53,7 @@ def held_fixed_fit(
     a fixed c; its intercept and range are those of the remainders, not of x.
     """
     finite = [(x, c, y) for x, c, y in points if math.isfinite(x) and math.isfinite(c) and math.isfinite(y)]
-    x_on_c = median_slope([(c, x) for x, c, _ in finite], max_points=max_points)
-    y_on_c = median_slope([(c, y) for _, c, y in finite], max_points=max_points)
+    thinned = min(max_points, NUISANCE_POINTS)
+    x_on_c = median_slope([(c, x) for x, c, _ in finite], max_points=thinned)
+    y_on_c = median_slope([(c, y) for _, c, y in finite], max_points=thinned)
     return theil_sen([(x - x_on_c * c, y - y_on_c * c) for x, c, y in finite], max_points=max_points, z=z)
