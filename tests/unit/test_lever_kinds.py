@@ -17,7 +17,7 @@ except ImportError:  # SDK < 1.39 (tests/constraints-sdk-min.txt) names it InMem
 from latency_budget import TraceReport, load_budgets
 from latency_budget import _attributes as attr
 from latency_budget._core.kinds import HINT_KINDS, KINDS, LEVER_KINDS, HintKind, LeverKind
-from latency_budget._core.recent import WINDOW
+from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS, WINDOW
 from latency_budget._replay import evaluate_spans, record_of
 from latency_budget.cli._levers import analyse_levers
 from latency_budget.export import HintLogEmitter
@@ -43,7 +43,7 @@ def _cache(r: Requests) -> None:
 
 
 def _model_choice(r: Requests) -> None:
-    for _ in range(10):
+    for _ in range(MIN_MODEL_CALLS_IN_PROCESS):  # in process, models are compared on full windows
         r.send(("chat fast", 100, chat("fast", stream=True, ttft_s=0.0625)))
         r.send(("chat slow", 400, chat("slow", stream=True, ttft_s=0.0625)))
     r.send(("chat slow", 400, chat("slow", stream=True, ttft_s=0.0625)))
