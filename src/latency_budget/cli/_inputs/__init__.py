@@ -29,7 +29,7 @@ from ._spans import ParsedSpan, Repairs, assemble
 from ._window import TraceWindow
 from .jaeger import is_jaeger, spans_from_jaeger
 from .jaeger_query import fetch_jaeger, parse_duration
-from .otlp import is_otlp, spans_from_otlp
+from .otlp import SharedStrings, is_otlp, spans_from_otlp
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -109,6 +109,7 @@ def parse_trace_files(
     on all of the input or on none of it.
     """
     limits = limits or InputLimits()
+    strings = SharedStrings()
     spans = 0
     consumed = 0
     for path in paths:
@@ -116,7 +117,7 @@ def parse_trace_files(
         with _opened(path, name) as stream:
             source = _Source(stream, name, limits)
             for where, document in _documents(source, name, limits):
-                batch = _spans_of(document, where)
+                batch = _spans_of(document, where, strings)
                 spans += len(batch)
                 if spans > limits.max_spans:
                     raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans in all (see --max-spans)")
@@ -218,9 +219,9 @@ def _size(count: int) -> str:
     return f"{count:,} bytes"
 
 
-def _spans_of(document: object, where: str) -> list[ParsedSpan]:
+def _spans_of(document: object, where: str, strings: SharedStrings) -> list[ParsedSpan]:
     if is_otlp(document):
-        return spans_from_otlp(document, where)  # type: ignore[arg-type]
+        return spans_from_otlp(document, where, strings)  # type: ignore[arg-type]
     if is_jaeger(document):
         return spans_from_jaeger(document, where)  # type: ignore[arg-type]
     raise TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
