@@ -35,11 +35,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import workloads  # noqa: E402 - the benchmarks' own module, next to this file
+import workloads  # the benchmarks' own module, next to this file
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "benchmarks" / "README.md"
-BEGIN = "<!-- scaling: begin (written by scaling.py --write-readme) -->"
+# A block per command line: "<!-- scaling: begin `python benchmarks/scaling.py ...` -->".
+BEGIN = "<!-- scaling: begin "
 END = "<!-- scaling: end -->"
 SPANS_PER_LINE = 512  # spans per ExportTraceServiceRequest line, as a Collector's batches
 TRACES_PER_SECOND = 50  # how far apart the recorded requests start
@@ -115,7 +116,9 @@ def standard_trace(rng: random.Random, trace_id: str, start: int) -> list[Span]:
         if name.startswith("execute_tool"):  # the tool's own HTTP call, inside it
             inner = now + int(ms * _MS * 0.8)
             spans.append(
-                _span(trace_id, rng.getrandbits(63) | 1, span_id, "GET order", _CLIENT, now, inner, workloads.HTTP_CLIENT)
+                _span(
+                    trace_id, rng.getrandbits(63) | 1, span_id, "GET order", _CLIENT, now, inner, workloads.HTTP_CLIENT
+                )
             )
         now = end
     spans.append(_span(trace_id, root, None, "POST /v1/answer", _SERVER, start, now + _MS, workloads.HTTP_SERVER))
@@ -244,11 +247,11 @@ def measure(argv: list[str], src: Path) -> Measured:
     return Measured(usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, process.returncode)
 
 
-def run(sizes: list[int], commands: list[str], folder: Path, src: Path) -> list[dict[str, Any]]:
+def run(sizes: list[int], commands: list[str], folder: Path, src: Path, names: list[str]) -> list[dict[str, Any]]:
     budgets = folder / "budgets.yaml"
     budgets.write_text(workloads.BUDGETS, encoding="utf-8")
     rows = []
-    for workload in WORKLOADS.values():
+    for workload in (WORKLOADS[name] for name in names):
         for spans in sizes:
             path = folder / f"{workload.name}-{spans}.jsonl"
             write_recording(workload, spans, path)
@@ -285,36 +288,43 @@ def table(rows: list[dict[str, Any]], commands: list[str]) -> list[str]:
     return lines
 
 
-def command_line(sizes: list[int], commands: list[str]) -> str:
+def command_line(sizes: list[int], commands: list[str], names: list[str]) -> str:
     """The command that makes this table, as the README quotes it."""
     parts = ["python benchmarks/scaling.py", *(f"--spans {n}" for n in sizes)]
+    if names != list(WORKLOADS):
+        parts += [f"--workload {name}" for name in names]
     if commands != list(COMMANDS):
         parts += [f"--command {c}" for c in commands]
     return " ".join([*parts, "--write-readme"])
 
 
-def write_readme(rows: list[dict[str, Any]], sizes: list[int], commands: list[str]) -> None:
+def write_readme(rows: list[dict[str, Any]], sizes: list[int], commands: list[str], names: list[str]) -> None:
+    """Replace the README's block of this command line (or add one, at the end of the Scaling section)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
     ).stdout.strip()
+    command = command_line(sizes, commands, names)
+    begin = f"{BEGIN}`{command}` -->"
     block = [
-        BEGIN,
+        begin,
         "",
-        f"One run of `{command_line(sizes, commands)}` at commit `{commit or 'unknown'}`: CPython "
-        f"{sys.version.split()[0]}, {os.cpu_count()} cores. CPU is user + system seconds of the command's own "
-        "process, peak RSS its maximum resident set; floor is a `json.loads` pass over the same lines.",
+        f"One run of `{command}` at commit `{commit or 'unknown'}`: CPython {sys.version.split()[0]}, "
+        f"{os.cpu_count()} cores. CPU is user + system seconds of the command's own process, peak RSS its "
+        "maximum resident set; floor is a `json.loads` pass over the same lines.",
         "",
         *table(rows, commands),
         "",
         END,
     ]
     text = README.read_text(encoding="utf-8")
-    if BEGIN in text:
-        before, rest = text.split(BEGIN, 1)
-        after = rest.split(END, 1)[1]
-        text = before + "\n".join(block) + after
+    if begin in text:
+        before, rest = text.split(begin, 1)
+        text = before + "\n".join(block) + rest.split(END, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n" + "\n".join(block) + "\n"
+        marker = "<!-- scaling: blocks end -->"
+        if marker not in text:
+            text = text.rstrip("\n") + "\n\n" + marker + "\n"
+        text = text.replace(marker, "\n".join(block) + "\n\n" + marker)
     README.write_text(text, encoding="utf-8")
 
 
@@ -322,17 +332,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, action="append", help="recording size in spans (repeat; default 100000)")
     parser.add_argument("--command", action="append", choices=list(COMMANDS), help="command to measure (repeat)")
+    parser.add_argument("--workload", action="append", choices=list(WORKLOADS), help="workload to run (repeat)")
     parser.add_argument("--write-readme", action="store_true", help="write the table into benchmarks/README.md")
     parser.add_argument("--src", default=str(REPO / "src"), help="the package source to measure (default: src/)")
     parser.add_argument("--folder", help="where to write the recordings (default: a temporary folder)")
     args = parser.parse_args(argv)
     sizes = args.spans or [100_000]
     commands = [c for c in COMMANDS if c in (args.command or list(COMMANDS))]
+    names = [w for w in WORKLOADS if w in (args.workload or list(WORKLOADS))]
     with tempfile.TemporaryDirectory(dir=args.folder) as folder:
-        rows = run(sizes, commands, Path(folder), Path(args.src))
+        rows = run(sizes, commands, Path(folder), Path(args.src), names)
     print("\n".join(table(rows, commands)))
     if args.write_readme:
-        write_readme(rows, sizes, commands)
+        write_readme(rows, sizes, commands, names)
     return 0
 
 

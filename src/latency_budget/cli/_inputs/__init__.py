@@ -3,9 +3,11 @@
 The format of a file is recognised from its content. A file whose first line is a whole
 JSON object is read as JSON lines (the Collector's file exporter writes one
 ``ExportTraceServiceRequest`` per line); anything else must be one JSON document.
-Gzip input is recognised by its magic bytes and decompressed. Everything is read and
-checked before anything is judged, so a bad line fails the command instead of producing
-a partial result, and every input is bounded by :class:`InputLimits`.
+Gzip input is recognised by its magic bytes and decompressed. Files are read line by
+line (:func:`parse_trace_files`), so that ``check``, ``report`` and ``suggest`` can judge
+trace by trace as they read (:class:`TraceWindow`); they print only at the end, so a bad
+line still fails the command instead of producing a partial result. Every input is
+bounded by :class:`InputLimits`.
 """
 
 from __future__ import annotations
