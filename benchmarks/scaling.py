@@ -68,7 +68,14 @@ def _value(value: object) -> dict[str, Any]:
 
 
 def _span(
-    trace_id: str, span_id: int, parent: int | None, name: str, kind: int, start: int, end: int, attributes: dict
+    trace_id: str,
+    span_id: int,
+    parent: int | None,
+    name: str,
+    kind: int,
+    start: int,
+    end: int,
+    attributes: dict[str, Any],
 ) -> Span:
     span: Span = {
         "traceId": trace_id,
@@ -91,19 +98,20 @@ _MS = 1_000_000
 def standard_trace(rng: random.Random, trace_id: str, start: int) -> list[Span]:
     """workloads.standard_trace's 10 spans, one after another, with seeded durations (in ms) and token counts."""
     root = rng.getrandbits(63) | 1
-    chat = {
+    input_tokens, output_tokens = rng.randint(300, 4000), rng.randint(40, 600)
+    chat: dict[str, Any] = {
         **workloads.CHAT,
-        "gen_ai.usage.input_tokens": rng.randint(300, 4000),
-        "gen_ai.usage.output_tokens": rng.randint(40, 600),
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.response.time_to_first_chunk": round(0.15 + input_tokens / 20_000, 3),
     }
-    chat["gen_ai.response.time_to_first_chunk"] = round(0.15 + chat["gen_ai.usage.input_tokens"] / 20_000, 3)
-    children = [
+    children: list[tuple[str, int, dict[str, Any], float]] = [
         ("GET session", _CLIENT, workloads.CACHE, rng.uniform(0.3, 2)),
         ("GET profile", _CLIENT, workloads.HTTP_CLIENT, rng.uniform(5, 30)),
         ("SELECT tickets", _CLIENT, workloads.DB, rng.uniform(2, 15)),
         ("embeddings text-embedding-3-small", _INTERNAL, workloads.EMBED, rng.uniform(20, 120)),
         ("SELECT documents", _CLIENT, workloads.DB, rng.uniform(5, 40)),
-        ("chat gpt-4o-mini", _CLIENT, chat, 200 + chat["gen_ai.usage.output_tokens"] * rng.uniform(6, 10)),
+        ("chat gpt-4o-mini", _CLIENT, chat, 200 + output_tokens * rng.uniform(6, 10)),
         ("execute_tool lookup_order", _INTERNAL, workloads.TOOL, rng.uniform(30, 400)),
         ("render answer", _INTERNAL, {"app.template": "answer", "app.locale": "en"}, rng.uniform(1, 5)),
     ]
@@ -125,27 +133,33 @@ def standard_trace(rng: random.Random, trace_id: str, start: int) -> list[Span]:
     return spans
 
 
-def _one_model_request(rng: random.Random) -> list[tuple[str, int, int | None, dict, float, float]]:
+def _chat(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        **workloads.CHAT,
+        "gen_ai.usage.input_tokens": input_tokens,
+        "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.response.time_to_first_chunk": round(0.1 + input_tokens / 25_000, 3),
+    }
+
+
+def _one_model_request(rng: random.Random) -> list[tuple[str, int, int | None, dict[str, Any], float, float]]:
     """One request of the one-model service: (name, kind, parent index, attributes, start ms, duration ms)."""
     prompt = rng.randint(500, 6000)
-    first = {**workloads.CHAT, "gen_ai.usage.input_tokens": prompt, "gen_ai.usage.output_tokens": rng.randint(20, 80)}
-    second = {
-        **workloads.CHAT,
-        "gen_ai.usage.input_tokens": prompt + rng.randint(200, 1500),
-        "gen_ai.usage.output_tokens": rng.randint(60, 700),
-    }
-    for call in (first, second):
-        call["gen_ai.response.time_to_first_chunk"] = round(0.1 + call["gen_ai.usage.input_tokens"] / 25_000, 3)
-    steps: list[tuple[str, int, dict, float]] = [
+    first_output = rng.randint(20, 80)
+    second_prompt = prompt + rng.randint(200, 1500)
+    second_output = rng.randint(60, 700)
+    first = _chat(prompt, first_output)
+    second = _chat(second_prompt, second_output)
+    steps: list[tuple[str, int, dict[str, Any], float]] = [
         ("SELECT session", _CLIENT, workloads.DB, rng.uniform(1, 8)),
         ("embeddings text-embedding-3-small", _INTERNAL, workloads.EMBED, rng.uniform(20, 90)),
-        ("chat gpt-4o-mini", _CLIENT, first, 150 + first["gen_ai.usage.output_tokens"] * rng.uniform(6, 10)),
+        ("chat gpt-4o-mini", _CLIENT, first, 150 + first_output * rng.uniform(6, 10)),
         ("execute_tool lookup_order", _INTERNAL, workloads.TOOL, rng.uniform(20, 300)),
         ("execute_tool lookup_order", _INTERNAL, workloads.TOOL, rng.uniform(20, 300)),
-        ("chat gpt-4o-mini", _CLIENT, second, 150 + second["gen_ai.usage.output_tokens"] * rng.uniform(6, 10)),
+        ("chat gpt-4o-mini", _CLIENT, second, 150 + second_output * rng.uniform(6, 10)),
         ("SELECT history", _CLIENT, workloads.DB, rng.uniform(1, 10)),
     ]
-    out: list[tuple[str, int, int | None, dict, float, float]] = []
+    out: list[tuple[str, int, int | None, dict[str, Any], float, float]] = []
     now = 1.0
     for name, kind, attributes, ms in steps:
         out.append((name, kind, 0, attributes, now, ms))

@@ -30,7 +30,8 @@ GOLDEN = Path(__file__).resolve().parent / "fixtures" / "golden" / "traces.jsonl
 BUDGETS = Path(__file__).resolve().parent / "fixtures" / "budgets.yaml"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import scaling  # noqa: E402 - the benchmark's own recordings
+import scaling  # type: ignore[import-not-found]  # noqa: E402 - the benchmark's own recordings
+import workloads  # type: ignore[import-not-found]  # noqa: E402
 
 
 def _report(*options: str) -> tuple[dict[str, object], str]:
@@ -111,7 +112,6 @@ def test_spans_share_the_strings_they_repeat() -> None:
     assert all(s.attributes[key] is first.attributes[key] for s in others)
     assert all(s.resource is first.resource for s in spans)
 
-
     strings = SharedStrings(limit=2, longest=5)
     long = "".join(["x"] * 6)
     assert strings.share(long) is long
@@ -138,7 +138,7 @@ def _arguments(path: Path) -> argparse.Namespace:
 def held_bytes(tmp_path: Path) -> dict[str, float]:
     """Bytes held per span of a whole read, and per request of a streamed one (judged, then levers read)."""
     budgets = tmp_path / "budgets.yaml"
-    budgets.write_text(scaling.workloads.BUDGETS, encoding="utf-8")
+    budgets.write_text(workloads.BUDGETS, encoding="utf-8")
     config, _ = load_config(str(budgets))
     figures: dict[str, list[float]] = {"span": [], "request": [], "request_after_levers": []}
     for traces in (300, 600):
