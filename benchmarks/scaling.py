@@ -289,7 +289,7 @@ def table(rows: list[dict[str, Any]], commands: list[str]) -> list[str]:
     head = "| workload | spans | " + " | ".join(f"`{c}` CPU s | `{c}` peak RSS MB | `{c}` / floor" for c in commands)
     lines = [
         f"{head} | `{FLOOR}` CPU s | `{FLOOR}` peak RSS MB |",
-        "| --- | ---: | " + "---: | " * (3 * len(commands) + 2),
+        "| --- | ---: |" + " ---: |" * (3 * len(commands) + 2),
     ]
     for row in rows:
         floor: Measured = row[FLOOR]

@@ -42,11 +42,11 @@ COMMANDS = {
 }
 
 
-def _run(command: str) -> tuple[int, str]:
+def _run(command: str, *extra: str) -> tuple[int, str]:
     options, _ = COMMANDS[command]
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main([command, str(TRACES), "--budgets", str(BUDGETS), *options])
+        code = main([command, str(TRACES), "--budgets", str(BUDGETS), *options, *extra])
     return code, out.getvalue()
 
 
@@ -67,6 +67,14 @@ def test_output_matches_the_committed_golden_output(command: str) -> None:
     code, text = _run(command)
     assert code == expected["exit"]
     assert _comparable(command, text) == expected["output"]
+
+
+def test_a_short_window_judges_traces_early_and_gives_the_same_report() -> None:
+    """With --window 60 (a fifth of the recording), traces are judged as they close, and the report is the same."""
+    expected = json.loads((GOLDEN / "expected.json").read_text(encoding="utf-8"))["report"]
+    code, text = _run("report", "--window", "60")
+    assert code == expected["exit"]
+    assert _comparable("report", text) == expected["output"]
 
 
 def _write_traces() -> None:

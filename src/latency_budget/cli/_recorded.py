@@ -220,7 +220,8 @@ def _judge_files(args: argparse.Namespace, config: BudgetConfig) -> tuple[TraceS
     spans = 0
     slowest: tuple[float, tuple[int, int, int], list[SpanRecord]] | None = None
     names = source_names(args.traces)
-    progress = ProgressBar(_total_bytes(args.traces), "reading", counter=_megabytes)
+    total = _total_bytes(args.traces)
+    progress = ProgressBar(total, "reading", counter=_megabytes if total else _nothing)
 
     def judge(records: list[SpanRecord]) -> None:
         nonlocal spans, slowest
@@ -269,6 +270,10 @@ def _total_bytes(paths: list[str]) -> int:
 
 def _megabytes(done: int, total: int) -> str:
     return f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB"
+
+
+def _nothing(done: int, total: int) -> str:
+    return "(standard input)"  # its size is not known: the spans and their rate follow
 
 
 def _warn_repairs(traces: TraceSet) -> None:
