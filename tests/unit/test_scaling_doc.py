@@ -72,7 +72,7 @@ def test_each_scaling_block_is_the_table_its_command_writes(command: str) -> Non
 
 
 def test_docs_cli_quotes_the_standard_100k_report_figures() -> None:
-    """docs/cli.md's CPU and peak RSS of `report` on 100,000 standard spans are the README table's."""
+    """docs/cli.md's CPU and peak RSS of `report`, and CPU of `suggest`, on 100,000 standard spans are the table's."""
     body = dict(_blocks())["python benchmarks/scaling.py --spans 100000 --write-readme"]
     head, rows = _rows(body)
     row = next(row for row in rows if row[:2] == ["`standard`", "100,000"])
@@ -83,3 +83,6 @@ def test_docs_cli_quotes_the_standard_100k_report_figures() -> None:
     )
     assert quoted is not None
     assert quoted.groups() == (cpu, rss)
+    suggest = re.search(r"`suggest`, which reads and judges the same but estimates no levers, \*\*([\d.]+) s\*\*", docs)
+    assert suggest is not None
+    assert suggest.group(1) == row[head.index("`suggest` CPU s")]
