@@ -11,6 +11,7 @@ import re
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from opentelemetry.trace import SpanKind
@@ -212,3 +213,36 @@ if __name__ == "__main__":
 
     with tempfile.TemporaryDirectory() as folder:
         print(held_bytes(Path(folder)))
+
+
+class _RecordingBar:
+    """Stands in for ProgressBar: enabled, and keeps what it was told."""
+
+    made: ClassVar[list[_RecordingBar]] = []
+
+    def __init__(self, total: int, label: str, **options: object) -> None:
+        self.total, self.label = total, label
+        self.enabled = True
+        self.updates: list[tuple[int, int | None]] = []
+        self.closed = False
+        _RecordingBar.made.append(self)
+
+    def update(self, done: int, total: int | None = None, *, items: int | None = None) -> None:
+        self.updates.append((done, items))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_reading_a_file_drives_the_progress_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reading bar's total is the file's size; it is told the bytes and spans read after each line, then closed."""
+    monkeypatch.setattr("latency_budget.cli._recorded.ProgressBar", _RecordingBar)
+    _RecordingBar.made.clear()
+    _report()
+    (bar,) = _RecordingBar.made
+    lines = GOLDEN.read_text(encoding="utf-8").count("\n")
+    assert (bar.label, bar.total) == ("reading", GOLDEN.stat().st_size)
+    assert len(bar.updates) == lines
+    assert bar.updates[-1] == (GOLDEN.stat().st_size, 303)
+    assert [items for _, items in bar.updates] == sorted(items for _, items in bar.updates)
+    assert bar.closed
