@@ -86,3 +86,25 @@ def test_docs_cli_quotes_the_standard_100k_report_figures() -> None:
     suggest = re.search(r"`suggest`, which reads and judges the same but estimates no levers, \*\*([\d.]+) s\*\*", docs)
     assert suggest is not None
     assert suggest.group(1) == row[head.index("`suggest` CPU s")]
+
+
+MILLION = (
+    "python benchmarks/scaling.py --spans 1000000 --workload standard --command report --command suggest --write-readme"
+)
+
+
+def test_docs_cli_quotes_the_million_span_run() -> None:
+    """docs/cli.md's CPU and peak RSS of `report` and `suggest` on a million standard spans are the table's."""
+    head, rows = _rows(dict(_blocks())[MILLION])
+    (row,) = rows
+    docs = " ".join((REPO / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    quoted = re.search(
+        r"On a million spans of the standard trace, `report` took \*\*([\d.]+) s\*\* of CPU and \*\*([\d,]+) MB\*\*, "
+        r"`suggest` \*\*([\d.]+) s\*\* and \*\*([\d,]+) MB\*\*",
+        docs,
+    )
+    assert quoted is not None
+    assert quoted.groups() == tuple(
+        row[head.index(column)]
+        for column in ("`report` CPU s", "`report` peak RSS MB", "`suggest` CPU s", "`suggest` peak RSS MB")
+    )
