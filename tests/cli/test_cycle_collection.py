@@ -1,4 +1,4 @@
-"""Reading a recording pauses the cyclic garbage collector, and always turns it back on."""
+"""Reading a recording runs the cyclic garbage collector less often, and always restores it."""
 
 from __future__ import annotations
 
@@ -16,42 +16,33 @@ from latency_budget.cli._main import build_parser
 from .conftest import BUDGETS, OTLP
 
 
-def _noting_collector(function: Callable[..., Any], seen: list[bool]) -> Callable[..., Any]:
+def _noting_threshold(function: Callable[..., Any], seen: list[int]) -> Callable[..., Any]:
     def noted(*args: Any, **kwargs: Any) -> Any:
-        seen.append(gc.isenabled())
+        seen.append(gc.get_threshold()[0])
         return function(*args, **kwargs)
 
     return noted
 
 
-def test_the_collector_is_paused_while_a_recording_is_read_and_judged(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[bool] = []
-    monkeypatch.setattr(_recorded, "read_trace_files", _noting_collector(_recorded.read_trace_files, seen))
-    monkeypatch.setattr(_recorded, "evaluate_spans", _noting_collector(_recorded.evaluate_spans, seen))
-    args = build_parser().parse_args(["report", str(OTLP), "--budgets", str(BUDGETS)])
-    recorded = _recorded.load_recorded(args)
+def test_reading_raises_the_collectors_threshold_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = gc.get_threshold()
+    seen: list[int] = []
+    monkeypatch.setattr(_recorded, "parse_trace_files", _noting_threshold(_recorded.parse_trace_files, seen))
+    monkeypatch.setattr(_recorded, "read_trace_files", _noting_threshold(_recorded.read_trace_files, seen))
+    recorded = _recorded.load_recorded(build_parser().parse_args(["report", str(OTLP), "--budgets", str(BUDGETS)]))
     assert recorded.reports  # it read and judged the fixture
-    assert seen == [False, False]  # paused while reading, and while judging
-    assert gc.isenabled()
-    seen.clear()
-    _recorded.load_traces(build_parser().parse_args(["doctor", str(OTLP)]))  # doctor reads without judging
-    assert seen == [False]
-    assert gc.isenabled()
+    _recorded.load_traces(build_parser().parse_args(["doctor", str(OTLP)]))  # doctor reads every span at once
+    assert seen == [_recorded._GC_THRESHOLD, _recorded._GC_THRESHOLD]
+    assert before[0] < _recorded._GC_THRESHOLD
+    assert gc.get_threshold() == before
 
 
-def test_the_collector_is_on_again_after_a_refused_input(tmp_path: Path) -> None:
+def test_the_threshold_is_restored_after_a_refused_input(tmp_path: Path) -> None:
+    before = gc.get_threshold()
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     with pytest.raises(CliError):
         _recorded.load_recorded(build_parser().parse_args(["report", str(empty)]))
-    assert gc.isenabled()
-
-
-def test_a_collector_turned_off_by_the_host_stays_off() -> None:
-    gc.disable()
-    try:
-        with _recorded.cycle_collection_paused():
-            assert not gc.isenabled()
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+    with pytest.raises(CliError):
+        _recorded.load_traces(build_parser().parse_args(["doctor", str(empty)]))
+    assert gc.get_threshold() == before

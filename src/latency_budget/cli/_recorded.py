@@ -1,22 +1,40 @@
 """What ``check``, ``report`` and ``suggest`` share: where the traces come from, the budget
-file, and judging every recorded request with :func:`latency_budget._replay.evaluate_spans`."""
+file, and judging every recorded request with :func:`latency_budget._replay.judge_roots`.
+
+Trace files are judged as they are read, trace by trace (:class:`TraceWindow`): of each
+request only its report is kept (stage actuals, violations, and the stage calls the levers
+read), and of the spans only those of the slowest request, for the HTML waterfall. See
+docs/cli.md, "What a recording costs".
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from latency_budget._config import BudgetConfig, load_budgets
 from latency_budget._core.report import TraceReport
-from latency_budget._replay import evaluate_spans
+from latency_budget._replay import SpanRecord, evaluate_spans, judge_roots
 from latency_budget.cli._stats import RunSummary, summarize
 
 from ._common import CliError, load_budgets_option, service_name
-from ._inputs import MAX_JSON_DEPTH, InputLimits, TraceSet, parse_size, read_jaeger, read_trace_files
+from ._inputs import (
+    MAX_JSON_DEPTH,
+    InputLimits,
+    TraceSet,
+    TraceWindow,
+    parse_size,
+    parse_trace_files,
+    read_jaeger,
+    read_trace_files,
+    source_names,
+)
 from ._output import warn
+from ._progress import ProgressBar
 from ._summary import plural
 
 __all__ = [
@@ -33,6 +51,8 @@ __all__ = [
 
 BUILTIN_LABEL = "the built-in GenAI stages"
 _MAX_TIMEOUT_S = 86_400.0
+DEFAULT_WINDOW = 100_000
+_GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation while reading
 _BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
 
 
@@ -91,6 +111,14 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         default=defaults.max_spans,
         help=f"most spans over all inputs (default: {defaults.max_spans:,})",
     )
+    bounds.add_argument(
+        "--window",
+        metavar="N",
+        type=positive_int,
+        default=DEFAULT_WINDOW,
+        help="spans read after a trace's last span before it is judged and forgotten: how far out of order "
+        f"a trace's spans may be (default: {DEFAULT_WINDOW:,})",
+    )
 
 
 def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -125,7 +153,7 @@ class Recorded:
         ]
         return (
             f"{plural(self.summary.requests, 'request')} ({plural(self.traces.trace_count, 'trace')}, "
-            f"{plural(len(self.traces.spans), 'span')}{''.join(', ' + m for m in mended)}) "
+            f"{plural(self.traces.span_count, 'span')}{''.join(', ' + m for m in mended)}) "
             f"from {self.traces.source_label}; budgets from {self.budgets_label}"
         )
 
@@ -141,33 +169,12 @@ def _builtin_budgets() -> BudgetConfig:
 
 def load_recorded(args: argparse.Namespace) -> Recorded:
     """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
-    with cycle_collection_paused():
-        return _load_recorded(args)
-
-
-@contextmanager
-def cycle_collection_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while a recording is read and judged.
-
-    Reading allocates millions of objects that live to the end (spans, reports) and
-    form no reference cycles (JSON values, tuples, slotted records), and every full
-    collection walks all of them: at 250,000 spans the collector took half the CPU
-    time of ``report``, and more the larger the file. Reference counting still frees
-    what dies; the collector runs again as usual afterwards.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _load_recorded(args: argparse.Namespace) -> Recorded:
     config, label = load_config(args.budgets)
-    traces = load_traces(args)
-    reports = evaluate_spans(config, traces.spans)
+    if args.jaeger:
+        traces = load_traces(args)
+        reports = evaluate_spans(config, traces.spans)
+    else:
+        traces, reports = _judge_files(args, config)
     if not reports and not config.every_root:
         if config.requests is not None:
             rules, fix = "the 'requests' rules", "check its requests rules"
@@ -176,31 +183,127 @@ def _load_recorded(args: argparse.Namespace) -> Recorded:
             fix = "'requests: all' judges every local root; 'latency-budget doctor' lists AI spans in no stage"
         raise CliError(
             f"{traces.source_label}: no local root is a request under {rules} of {label} "
-            f"({len(traces.spans)} spans in {traces.trace_count} traces); {fix}"
+            f"({traces.span_count} spans in {traces.trace_count} traces); {fix}"
         )
     summary = summarize(config, reports)
     if summary.stage_span_count == 0:
         raise CliError(
             f"{traces.source_label}: no span matched a stage of {label} "
-            f"({len(traces.spans)} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
+            f"({traces.span_count} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
             "check --budgets and its match rules"
         )
     return Recorded(config, label, traces, reports, summary)
 
 
-def load_traces(args: argparse.Namespace) -> TraceSet:
-    """The traces named by ``args`` (files, or Jaeger), within the input limits; none at all is an error."""
-    with cycle_collection_paused():
-        return _load_traces(args)
-
-
-def _load_traces(args: argparse.Namespace) -> TraceSet:
-    limits = InputLimits(
+def _limits(args: argparse.Namespace) -> InputLimits:
+    return InputLimits(
         max_bytes=args.max_input_size,
         max_line_bytes=args.max_line_size,
         max_depth=args.max_json_depth,
         max_spans=args.max_spans,
     )
+
+
+def _check_files_args(args: argparse.Namespace) -> None:
+    if not args.traces:
+        raise CliError("no traces given: name trace files (or '-'), or use --jaeger URL --service NAME")
+    if args.service:
+        raise CliError("--service is only used with --jaeger")
+
+
+def _judge_files(args: argparse.Namespace, config: BudgetConfig) -> tuple[TraceSet, list[TraceReport]]:
+    """Read the trace files and judge them trace by trace as they close; the reports in root start order.
+
+    Of each trace only its reports are kept, and the spans of the slowest request (the
+    first of the slowest, in report order, as the HTML page picks it).
+    """
+    _check_files_args(args)
+    window = TraceWindow(args.window)
+    judged: list[tuple[int, int, int, TraceReport]] = []
+    spans = 0
+    slowest: tuple[float, tuple[int, int, int], list[SpanRecord]] | None = None
+    names = source_names(args.traces)
+    total = _total_bytes(args.traces)
+    progress = ProgressBar(total, "reading", counter=_megabytes if total else _nothing)
+
+    def judge(records: list[SpanRecord]) -> None:
+        nonlocal spans, slowest
+        spans += len(records)
+        for found in judge_roots(config, records):
+            root = found.root
+            key = (root.start_ns, root.trace_id, root.span_id)
+            judged.append((*key, found.report))
+            total = found.report.total_actual_ms
+            if slowest is None or total > slowest[0] or (total == slowest[0] and key < slowest[1]):
+                slowest = (total, key, records)
+
+    def advance(count: int, read: int) -> None:
+        progress.update(read, items=count)
+
+    try:
+        with _fewer_collections():
+            for batch in parse_trace_files(args.traces, _limits(args), advance if progress.enabled else None):
+                for records in window.add(batch):
+                    judge(records)
+            for records in window.finish():
+                judge(records)
+    finally:
+        progress.close()
+    judged.sort(key=lambda item: item[:3])
+    kept = slowest[2] if slowest is not None else []
+    traces = TraceSet(kept, names, window.repairs(), (spans, window.trace_count), window.late_spans)
+    if not spans:
+        raise CliError(f"{traces.source_label}: no spans found")
+    _warn_repairs(traces)
+    if window.late_spans:
+        warn(
+            f"{traces.source_label}: {plural(window.late_spans, 'span')} came more than --window "
+            f"{args.window:,} spans after the rest of their trace, which had been judged without them "
+            f"(first at {window.first_late}); raise --window to judge them together"
+        )
+    return traces, [report for *_, report in judged]
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Run the cyclic garbage collector less often while a recording is read (restored after).
+
+    Parsing makes millions of objects, nearly all freed by reference counting, and the
+    reports it keeps grow all along; at the default threshold (700 allocations) the
+    collector's passes over them were a large share of the time spent reading.
+    """
+    thresholds = gc.get_threshold()
+    gc.set_threshold(_GC_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+def _total_bytes(paths: list[str]) -> int:
+    total = 0
+    for path in paths:
+        with contextlib.suppress(OSError):  # the read says why
+            total += os.path.getsize(path) if path != "-" else 0
+    return total
+
+
+def _megabytes(done: int, total: int) -> str:
+    return f"{done / 1e6:,.0f}/{total / 1e6:,.0f} MB"
+
+
+def _nothing(done: int, total: int) -> str:
+    return "(standard input)"  # its size is not known: the spans and their rate follow
+
+
+def _warn_repairs(traces: TraceSet) -> None:
+    for message in traces.repairs.messages():
+        warn(f"{traces.source_label}: {message}")
+
+
+def load_traces(args: argparse.Namespace) -> TraceSet:
+    """The traces named by ``args`` (files, or Jaeger), within the input limits, every span kept; none is an error."""
+    limits = _limits(args)
     if args.jaeger:
         if args.traces:
             raise CliError("give trace files or --jaeger, not both")
@@ -212,15 +315,12 @@ def _load_traces(args: argparse.Namespace) -> TraceSet:
         if not traces.spans:
             raise CliError(f"{traces.sources[0]}: Jaeger returned no traces")
     else:
-        if not args.traces:
-            raise CliError("no traces given: name trace files (or '-'), or use --jaeger URL --service NAME")
-        if args.service:
-            raise CliError("--service is only used with --jaeger")
-        traces = read_trace_files(args.traces, limits)
+        _check_files_args(args)
+        with _fewer_collections():
+            traces = read_trace_files(args.traces, limits)
         if not traces.spans:
             raise CliError(f"{traces.source_label}: no spans found")
-    for message in traces.repairs.messages():
-        warn(f"{traces.source_label}: {message}")
+    _warn_repairs(traces)
     return traces
 
 

@@ -3,9 +3,11 @@
 The format of a file is recognised from its content. A file whose first line is a whole
 JSON object is read as JSON lines (the Collector's file exporter writes one
 ``ExportTraceServiceRequest`` per line); anything else must be one JSON document.
-Gzip input is recognised by its magic bytes and decompressed. Everything is read and
-checked before anything is judged, so a bad line fails the command instead of producing
-a partial result, and every input is bounded by :class:`InputLimits`.
+Gzip input is recognised by its magic bytes and decompressed. Files are read line by
+line (:func:`parse_trace_files`), so that ``check``, ``report`` and ``suggest`` can judge
+trace by trace as they read (:class:`TraceWindow`); they print only at the end, so a bad
+line still fails the command instead of producing a partial result. Every input is
+bounded by :class:`InputLimits`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import gzip
 import json
 import sys
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -25,9 +28,10 @@ from latency_budget._replay import SpanRecord
 from ._errors import TraceInputError
 from ._limits import MAX_JSON_DEPTH, InputLimits, load_json, parse_size
 from ._spans import ParsedSpan, Repairs, assemble
+from ._window import TraceWindow
 from .jaeger import is_jaeger, spans_from_jaeger
 from .jaeger_query import fetch_jaeger, parse_duration
-from .otlp import is_otlp, spans_from_otlp
+from .otlp import SharedStrings, is_otlp, spans_from_otlp
 
 __all__ = [
     "MAX_JSON_DEPTH",
@@ -35,11 +39,14 @@ __all__ = [
     "Repairs",
     "TraceInputError",
     "TraceSet",
+    "TraceWindow",
     "fetch_jaeger",
     "parse_duration",
     "parse_size",
+    "parse_trace_files",
     "read_jaeger",
     "read_trace_files",
+    "source_names",
 ]
 
 _UNKNOWN_FORMAT = (
@@ -57,6 +64,10 @@ class TraceSet:
     spans: list[SpanRecord]
     sources: tuple[str, ...]
     repairs: Repairs = field(default_factory=Repairs)
+    counts: tuple[int, int] | None = None
+    """(spans, distinct trace ids) read, when ``spans`` holds only some of them (a streamed read)."""
+    late_spans: int = 0
+    """Spans of a trace read after it had been judged (a streamed read whose window was too short)."""
 
     @property
     def source_label(self) -> str:
@@ -64,23 +75,58 @@ class TraceSet:
         return self.sources[0] if len(self.sources) == 1 else f"{len(self.sources)} files"
 
     @property
+    def span_count(self) -> int:
+        """Spans read (after leaving out duplicates)."""
+        return self.counts[0] if self.counts is not None else len(self.spans)
+
+    @property
     def trace_count(self) -> int:
-        """Distinct trace ids among the spans."""
-        return len({span.trace_id for span in self.spans})
+        """Distinct trace ids among the spans read."""
+        return self.counts[1] if self.counts is not None else len({span.trace_id for span in self.spans})
 
 
 def read_trace_files(paths: Sequence[str], limits: InputLimits | None = None) -> TraceSet:
-    """Read and parse every file (``-`` is standard input; gzip input is decompressed)."""
-    limits = limits or InputLimits()
+    """Read and parse every file (``-`` is standard input; gzip input is decompressed), keeping every span."""
     parsed: list[ParsedSpan] = []
+    for batch in parse_trace_files(paths, limits):
+        parsed.extend(batch)
+    records, repairs = assemble(parsed)
+    return TraceSet(records, source_names(paths), repairs)
+
+
+def source_names(paths: Sequence[str]) -> tuple[str, ...]:
+    """The inputs as messages name them (``-`` is ``<stdin>``)."""
+    return tuple("<stdin>" if p == "-" else p for p in paths)
+
+
+def parse_trace_files(
+    paths: Sequence[str], limits: InputLimits | None = None, progress: Callable[[int, int], None] | None = None
+) -> Iterator[list[ParsedSpan]]:
+    """The spans of each document of each file, in reading order, one list per document.
+
+    Files are read line by line: what is held is the current line (or, for a whole JSON
+    document, that document), never the whole input. ``progress(spans, bytes)`` is told
+    the running totals after each document. Raises :class:`TraceInputError` at the first
+    problem, including going over a limit, so a consumer that acts only at the end acts
+    on all of the input or on none of it.
+    """
+    limits = limits or InputLimits()
+    strings = SharedStrings()
+    spans = 0
+    consumed = 0
     for path in paths:
         name = "<stdin>" if path == "-" else path
-        for where, document in _documents(_read(path, name, limits), name, limits):
-            parsed.extend(_spans_of(document, where))
-            if len(parsed) > limits.max_spans:
-                raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans in all (see --max-spans)")
-    records, repairs = assemble(parsed)
-    return TraceSet(records, tuple("<stdin>" if p == "-" else p for p in paths), repairs)
+        with _opened(path, name) as stream:
+            source = _Source(stream, name, limits)
+            for where, document in _documents(source, name, limits):
+                batch = _spans_of(document, where, strings)
+                spans += len(batch)
+                if spans > limits.max_spans:
+                    raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans in all (see --max-spans)")
+                yield batch
+                if progress is not None:
+                    progress(spans, consumed + source.raw_bytes())
+            consumed += source.raw_bytes()
 
 
 def read_jaeger(
@@ -101,15 +147,18 @@ def read_jaeger(
     return TraceSet(records, (label,), repairs)
 
 
-def _read(path: str, name: str, limits: InputLimits) -> bytes:
+@contextmanager
+def _opened(path: str, name: str) -> Iterator[IO[bytes]]:
+    """The file (or standard input) as a binary stream, read errors as :class:`TraceInputError`."""
     try:
         if path == "-":
             stdin = sys.stdin
             if stdin is None or stdin.closed:
                 raise TraceInputError("<stdin>: standard input is closed")
-            return _read_stream(stdin.buffer, name, limits)
-        with open(path, "rb") as handle:
-            return _read_stream(handle, name, limits)
+            yield stdin.buffer
+        else:
+            with open(path, "rb") as handle:
+                yield handle
     except OSError as exc:  # includes gzip.BadGzipFile
         if path == "-" and exc.errno == errno.EBADF:
             raise TraceInputError("<stdin>: standard input is closed") from None
@@ -121,24 +170,48 @@ def _read(path: str, name: str, limits: InputLimits) -> bytes:
         raise TraceInputError(f"{name}: cannot read: the compressed data is corrupt ({exc})") from None
 
 
-def _read_stream(stream: IO[bytes], name: str, limits: InputLimits) -> bytes:
-    """All of ``stream`` (decompressed if it is gzip), reading at most ``max_bytes`` + 1 bytes of it."""
-    head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
-    source: IO[bytes] | gzip.GzipFile = stream
-    compressed = head == _GZIP_MAGIC
-    if compressed:
-        source = gzip.GzipFile(fileobj=stream, mode="rb")
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = source.read(min(_CHUNK, limits.max_bytes + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limits.max_bytes:
-            after = " after decompression" if compressed else ""
-            raise TraceInputError(f"{name}: more than {_size(limits.max_bytes)}{after} (see --max-input-size)")
-        chunks.append(chunk)
+class _Source:
+    """A stream (decompressed if it is gzip) read line by line, at most ``max_bytes`` + 1 bytes of it."""
+
+    def __init__(self, stream: IO[bytes], name: str, limits: InputLimits) -> None:
+        head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+        self.raw = stream
+        self.compressed = head == _GZIP_MAGIC
+        self.source: IO[bytes] | gzip.GzipFile = gzip.GzipFile(fileobj=stream, mode="rb") if self.compressed else stream
+        self.name = name
+        self.limits = limits
+        self.size = 0
+
+    def raw_bytes(self) -> int:
+        """Bytes of the file read so far (before decompression), for progress."""
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):  # a pipe
+            return 0
+
+    def _count(self, data: bytes) -> bytes:
+        self.size += len(data)
+        if self.size > self.limits.max_bytes:
+            after = " after decompression" if self.compressed else ""
+            raise TraceInputError(
+                f"{self.name}: more than {_size(self.limits.max_bytes)}{after} (see --max-input-size)"
+            )
+        return data
+
+    def readline(self) -> bytes:
+        """The next line with its newline (``b""`` at the end), or the first ``max_line_bytes`` + 1 bytes of it."""
+        return self._count(
+            self.source.readline(min(self.limits.max_line_bytes + 1, self.limits.max_bytes + 1 - self.size) + 1)
+        )
+
+    def rest(self) -> bytes:
+        """Everything left."""
+        chunks: list[bytes] = []
+        while True:
+            chunk = self.source.read(min(_CHUNK, self.limits.max_bytes + 1 - self.size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(self._count(chunk))
 
 
 def _size(count: int) -> str:
@@ -148,34 +221,42 @@ def _size(count: int) -> str:
     return f"{count:,} bytes"
 
 
-def _spans_of(document: object, where: str) -> list[ParsedSpan]:
+def _spans_of(document: object, where: str, strings: SharedStrings) -> list[ParsedSpan]:
     if is_otlp(document):
-        return spans_from_otlp(document, where)  # type: ignore[arg-type]
+        return spans_from_otlp(document, where, strings)  # type: ignore[arg-type]
     if is_jaeger(document):
         return spans_from_jaeger(document, where)  # type: ignore[arg-type]
     raise TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
 
 
-def _documents(data: bytes, name: str, limits: InputLimits) -> Iterator[tuple[str, object]]:
+def _documents(source: _Source, name: str, limits: InputLimits) -> Iterator[tuple[str, object]]:
     """``(where, document)`` pairs: one per non-blank line of JSON lines, or the whole document."""
-    if data.startswith(codecs.BOM_UTF8):
-        data = data[len(codecs.BOM_UTF8) :]
-    elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+    head: list[bytes] = []
+    line = source.readline()
+    if line.startswith(codecs.BOM_UTF8):
+        line = line[len(codecs.BOM_UTF8) :]
+    elif line.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         raise TraceInputError(f"{name}: UTF-16 or UTF-32 text; expected UTF-8 (OTLP JSON or Jaeger JSON)")
-    lines = data.split(b"\n")
-    first = next((n for n, line in enumerate(lines) if line.strip()), None)
-    if first is None:
+    while line and not line.strip():
+        head.append(line)
+        line = source.readline()
+    if not line:
         raise TraceInputError(f"{name}: the file is empty")
-    if _is_json_object_line(lines[first], limits):
-        for number, line in enumerate(lines[first:], start=first + 1):
-            if line.strip():
+    number = len(head) + 1
+    if _is_json_object_line(line.rstrip(b"\n"), limits):
+        while line:
+            content = line[:-1] if line.endswith(b"\n") else line
+            if content.strip():
                 where = f"{name}:{number}"
-                if len(line) > limits.max_line_bytes:
+                if len(content) > limits.max_line_bytes:
                     raise TraceInputError(
                         f"{where}: a line longer than {_size(limits.max_line_bytes)} (see --max-line-size)"
                     )
-                yield where, load_json(_decode(line, where, 0), where, limits, line_mode=True)
+                yield where, load_json(_decode(content, where, 0), where, limits, line_mode=True)
+            line = source.readline()
+            number += 1
         return
+    data = b"".join([*head, line, source.rest()])
     yield name, load_json(_decode(data, name, 1), name, limits, line_mode=False)
 
 

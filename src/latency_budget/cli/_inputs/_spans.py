@@ -21,7 +21,7 @@ from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError, show
 
-__all__ = ["ParsedSpan", "Repairs", "assemble", "parse_id"]
+__all__ = ["ParsedSpan", "Repairs", "assemble", "assemble_located", "parse_id"]
 
 _HEX = re.compile(r"[0-9a-fA-F]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
@@ -113,27 +113,40 @@ def assemble(spans: Iterable[ParsedSpan]) -> tuple[list[SpanRecord], Repairs]:
     root, as it does in the live processor of that other process. In a cycle of parent
     references, the span that started first (then the lowest span id) becomes a root.
     """
-    kept: dict[tuple[int, int], ParsedSpan] = {}
+    records, repairs, _ = assemble_located(spans)
+    return records, repairs
+
+
+def assemble_located(spans: Iterable[ParsedSpan]) -> tuple[list[SpanRecord], Repairs, tuple[int, int]]:
+    """:func:`assemble`, and where among ``spans`` its first duplicate and its first broken cycle were (-1: none).
+
+    Every repair is within one trace, so a recording can be assembled trace by trace;
+    the positions let the reader keep the first of each kind in reading order.
+    """
+    kept: dict[tuple[int, int], tuple[int, ParsedSpan]] = {}
     duplicates = 0
     first_duplicate = None
-    for span in spans:
+    duplicate_at = -1
+    for position, span in enumerate(spans):
         key = (span.record.trace_id, span.record.span_id)
         if key in kept:
             duplicates += 1
-            first_duplicate = first_duplicate or span.where
+            if first_duplicate is None:
+                first_duplicate, duplicate_at = span.where, position
         else:
-            kept[key] = span
+            kept[key] = (position, span)
     records: dict[tuple[int, int], SpanRecord] = {}
-    for key, span in kept.items():
+    for key, (_, span) in kept.items():
         record = span.record
         if not span.remote_known and record.parent_id is not None:
             parent = kept.get((record.trace_id, record.parent_id))
-            if parent is not None and parent.process != span.process:
+            if parent is not None and parent[1].process != span.process:
                 record = replace(record, remote_parent=True)
         records[key] = record
     cycles = _break_cycles(records)
-    first_cycle = kept[cycles[0]].where if cycles else None
-    return list(records.values()), Repairs(duplicates, first_duplicate, len(cycles), first_cycle)
+    first_cycle, cycle_at = (kept[cycles[0]][1].where, kept[cycles[0]][0]) if cycles else (None, -1)
+    repairs = Repairs(duplicates, first_duplicate, len(cycles), first_cycle)
+    return list(records.values()), repairs, (duplicate_at, cycle_at)
 
 
 def _break_cycles(records: dict[tuple[int, int], SpanRecord]) -> list[tuple[int, int]]:

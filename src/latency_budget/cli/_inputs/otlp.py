@@ -22,7 +22,7 @@ from latency_budget._replay import SpanRecord
 from ._errors import TraceInputError, show
 from ._spans import ParsedSpan, parse_id
 
-__all__ = ["is_otlp", "spans_from_otlp"]
+__all__ = ["SharedStrings", "is_otlp", "spans_from_otlp"]
 
 _KINDS = {
     0: SpanKind.INTERNAL,  # SPAN_KIND_UNSPECIFIED
@@ -53,15 +53,57 @@ def is_otlp(document: object) -> bool:
     return isinstance(document, dict) and "resourceSpans" in document
 
 
-def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]:
-    """The spans of one OTLP/JSON document; ``where`` (``file:line``) prefixes every error."""
-    reader = _Reader(where)
+class SharedStrings:
+    """One copy of each short string the spans of a recording repeat, and one resource per process.
+
+    A span's name, attribute keys and short values (a model name, ``chat``, a server
+    address) are the same in thousands of spans; JSON parsing makes a new string for each.
+    Sharing them roughly halves what a span holds. At most ``limit`` strings of at most
+    ``longest`` characters are kept, so unique values (ids, prompts) cannot make it grow
+    without bound: past the limit, new strings are simply not shared.
+    """
+
+    __slots__ = ("_resources", "_strings", "limit", "longest")
+
+    def __init__(self, *, limit: int = 1 << 17, longest: int = 200) -> None:
+        self.limit = limit
+        self.longest = longest
+        self._strings: dict[str, str] = {}
+        self._resources: dict[str, dict[str, Any]] = {}
+
+    def share(self, text: str) -> str:
+        """The shared copy of ``text`` (``text`` itself when it is long or the table is full)."""
+        strings = self._strings
+        found = strings.get(text)
+        if found is not None:
+            return found
+        if len(strings) < self.limit and len(text) <= self.longest:
+            strings[text] = text
+        return text
+
+    def resource(self, process: str, attributes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The shared identity and attributes of a resource (a process) seen before, else these."""
+        found = self._resources.get(process)
+        if found is not None:
+            return self.share(process), found
+        if len(self._resources) < self.limit:
+            self._resources[process] = attributes
+        return process, attributes
+
+
+def spans_from_otlp(document: Mapping[str, Any], where: str, strings: SharedStrings | None = None) -> list[ParsedSpan]:
+    """The spans of one OTLP/JSON document; ``where`` (``file:line``) prefixes every error.
+
+    ``strings``, shared by the documents of one recording, gives them one copy of what they repeat.
+    """
+    reader = _Reader(where, strings or SharedStrings())
     found: list[ParsedSpan] = []
     for r, resource_spans in enumerate(reader.items(document, "resourceSpans", "")):
         rpath = f"resourceSpans[{r}]"
         resource = reader.mapping(resource_spans.get("resource", {}), f"{rpath}.resource")
         resource_attributes = reader.attributes(resource.get("attributes"), f"{rpath}.resource.attributes")
         process = json.dumps(resource_attributes, sort_keys=True, default=str)
+        process, resource_attributes = reader.strings.resource(process, resource_attributes)
         scope_key = "scopeSpans" if "scopeSpans" in resource_spans else "instrumentationLibrarySpans"
         for s, scope_spans in enumerate(reader.items(resource_spans, scope_key, rpath)):
             spath = f"{rpath}.{scope_key}[{s}]"
@@ -69,14 +111,16 @@ def spans_from_otlp(document: Mapping[str, Any], where: str) -> list[ParsedSpan]
             scope_name = reader.mapping(scope, f"{spath}.scope").get("name", "")
             if not isinstance(scope_name, str):
                 raise TraceInputError(f"{where}: {spath}.scope.name: expected a string, got {show(scope_name)}")
+            scope_name = reader.strings.share(scope_name)
             for n, span in enumerate(reader.items(scope_spans, "spans", spath)):
                 found.append(reader.span(span, f"{spath}.spans[{n}]", scope_name, process, resource_attributes))
     return found
 
 
 class _Reader:
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, strings: SharedStrings) -> None:
         self.where = where
+        self.strings = strings
 
     def fail(self, path: str, message: str) -> TraceInputError:
         return TraceInputError(f"{self.where}: {path}: {message}")
@@ -135,7 +179,7 @@ class _Reader:
             trace_id=trace_id,
             span_id=span_id,
             parent_id=parent_id,
-            name=name,
+            name=self.strings.share(name),
             start_ns=self.nanos(span, "startTimeUnixNano", path),
             end_ns=self.nanos(span, "endTimeUnixNano", path),
             kind=kind,
@@ -153,12 +197,13 @@ class _Reader:
         if not isinstance(value, list):
             raise self.fail(path, f"expected a list of key-value pairs, got {_describe_json(value)}")
         out: dict[str, Any] = {}
+        share = self.strings.share
         for i, pair in enumerate(value):
             if not isinstance(pair, dict) or not isinstance(pair.get("key"), str):
                 raise self.fail(f"{path}[{i}]", f"expected {{'key': ..., 'value': ...}}, got {_describe_json(pair)}")
             converted = _any_value(pair.get("value"))
             if converted is not None:
-                out[pair["key"]] = converted
+                out[share(pair["key"])] = share(converted) if converted.__class__ is str else converted
         return out
 
 
