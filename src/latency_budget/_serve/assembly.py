@@ -8,13 +8,18 @@ bytes: a request that would pass the first or the last is refused whole (the sen
 retries it), and a trace that grows past the spans bound is evicted, forwarded
 unjudged. The ids of decided traces are remembered (a bounded number), so a span that
 arrives after its trace was decided is forwarded as it is, never judged on part of it.
+
+With a write-ahead log, each request is logged while the buffer's lock is held, after the
+bounds let it in and before any of it joins a trace: logged and taken, or neither. Each
+trace remembers the sequence number of the last request that added to it, which the
+forwarder settles in the log once the trace's spans have left.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -52,10 +57,15 @@ class Decided:
     trace_id: int
     spans: list[Received]
     outcome: Outcome
+    seq: int = 0  # the write-ahead log's sequence number of the last request these spans came in
+
+
+WriteAhead = Callable[[set[int]], "int | str"]
+"""Logs one request, given its trace ids: its sequence number, or why it is refused."""
 
 
 class _Open:
-    __slots__ = ("first_at", "last_at", "rooted", "size", "spans")
+    __slots__ = ("first_at", "last_at", "rooted", "seq", "size", "spans")
 
     def __init__(self, now: float) -> None:
         self.spans: list[Received] = []
@@ -63,6 +73,7 @@ class _Open:
         self.last_at = now
         self.rooted = False
         self.size = 0
+        self.seq = 0
 
 
 class TraceBuffer:
@@ -82,11 +93,15 @@ class TraceBuffer:
         with self._lock:
             return len(self._open), self._spans, self._bytes
 
-    def add(self, spans: list[Received]) -> tuple[Refused | None, list[Decided]]:
+    def add(
+        self, spans: list[Received], *, write_ahead: WriteAhead | None = None, seq: int = 0
+    ) -> tuple[Refused | None, list[Decided]]:
         """Take the spans of one request, all or none; what must leave at once (late spans, evicted traces).
 
         Refused when the request's new traces would pass ``max_traces`` or its bytes
-        ``max_bytes``: nothing of it is kept, and the caller says so in its protocol.
+        ``max_bytes``, or when ``write_ahead`` refuses it: nothing of it is kept, and the
+        caller says so in its protocol. ``seq`` is the request's sequence number when it
+        is replayed from the log (``write_ahead`` gives it otherwise).
         """
         limits = self.limits
         now = self._clock()
@@ -94,15 +109,17 @@ class TraceBuffer:
         leaving: list[Decided] = []
         with self._lock:
             open_traces, decided = self._open, self._decided
-            new_ids = {
-                trace_id
-                for trace_id in {item.trace_id for item in spans}
-                if trace_id not in open_traces and trace_id not in decided
-            }
+            ids = {item.trace_id for item in spans}
+            new_ids = {trace_id for trace_id in ids if trace_id not in open_traces and trace_id not in decided}
             if open_traces and len(open_traces) + len(new_ids) > limits.max_traces:
                 return Refused(f"{len(open_traces)} traces open (--max-traces {limits.max_traces})", _retry(limits)), []
             if self._bytes and self._bytes + size > limits.max_bytes:
                 return Refused(f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})", _retry(limits)), []
+            if write_ahead is not None:
+                logged = write_ahead(ids)
+                if isinstance(logged, str):
+                    return Refused(logged, _retry(limits)), []
+                seq = logged
             late: dict[int, list[Received]] = {}
             for item in spans:
                 trace_id = item.trace_id
@@ -116,15 +133,25 @@ class TraceBuffer:
                     open_traces.move_to_end(trace_id)
                 trace.spans.append(item)
                 trace.last_at = now
+                trace.seq = seq
                 trace.size += item.size
                 if item.parent_id is None:
                     trace.rooted = True
                 self._bytes += item.size
                 self._spans += 1
                 if len(trace.spans) > limits.max_spans_per_trace:
-                    leaving.append(Decided(trace_id, self._close(trace_id), "evicted"))
-            leaving.extend(Decided(trace_id, items, "late") for trace_id, items in late.items())
+                    leaving.append(Decided(trace_id, self._close(trace_id), "evicted", seq))
+            leaving.extend(Decided(trace_id, items, "late", seq) for trace_id, items in late.items())
         return None, leaving
+
+    def remember(self, trace_ids: Iterable[int]) -> None:
+        """Count these traces as decided (by a previous run): their spans from now on are late."""
+        with self._lock:
+            decided = self._decided
+            for trace_id in trace_ids:
+                decided[trace_id] = None
+            while len(decided) > self.limits.remembered_traces:
+                decided.popitem(last=False)
 
     def due(self) -> list[Decided]:
         """The traces to decide now: quiet and rooted (to judge), or rootless past ``max_wait``."""
@@ -143,7 +170,8 @@ class TraceBuffer:
                 elif trace.first_at <= given_up_before:
                     ready.append((trace_id, "no_root"))
             for trace_id, outcome in ready:
-                found.append(Decided(trace_id, self._close(trace_id), outcome))
+                seq = self._open[trace_id].seq
+                found.append(Decided(trace_id, self._close(trace_id), outcome, seq))
         return found
 
     def drain(self) -> list[Decided]:
@@ -151,9 +179,9 @@ class TraceBuffer:
         with self._lock:
             ids = list(self._open)
             return [
-                Decided(trace_id, spans, "judge" if rooted else "shutdown")
+                Decided(trace_id, spans, "judge" if trace.rooted else "shutdown", trace.seq)
                 for trace_id in ids
-                for rooted in (self._open[trace_id].rooted,)
+                for trace in (self._open[trace_id],)
                 for spans in (self._close(trace_id),)
             ]
 

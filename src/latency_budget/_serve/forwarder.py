@@ -12,6 +12,9 @@ While the next hop is unreachable or refuses for now, the head of the queue is r
 with backoff and new batches wait behind it, up to ``queue_spans`` spans; past that a new
 batch is dropped and counted (``spans_dropped``), never silently. A batch the next hop
 refuses for good (gRPC ``INVALID_ARGUMENT``, HTTP 400) is dropped and counted at once.
+A batch may carry a ``done`` callback, called once it has left either way (sent, or
+dropped and counted), after every batch queued before it: the write-ahead log settles
+its traces then.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from latency_budget.export._otlp import OtlpTarget
 __all__ = ["Forwarder", "Sender", "open_sender"]
 
 _BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+Done = Callable[[], object]
 
 
 Outcome = Literal["sent", "retry", "rejected"]
@@ -114,7 +119,7 @@ class Forwarder:
         self._log = log
         self._destination = destination
         self._clock = clock
-        self._queue: deque[tuple[ExportTraceServiceRequest, int]] = deque()
+        self._queue: deque[tuple[ExportTraceServiceRequest, int, list[Done]]] = deque()
         self._queued = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -130,19 +135,37 @@ class Forwarder:
         with self._cond:
             return self._queued
 
-    def put(self, request: ExportTraceServiceRequest, spans: int) -> None:
-        """Queue ``request`` (holding ``spans`` spans); dropped and counted when the queue is full."""
+    def put(self, request: ExportTraceServiceRequest, spans: int, done: Done | None = None) -> None:
+        """Queue ``request`` (holding ``spans`` spans); dropped and counted when the queue is full.
+
+        ``done`` is called once the request has left, sent or dropped, and every request
+        queued before it too (a dropped one's ``done`` waits for the batch ahead of it).
+        """
         if not spans:
+            if done is not None:
+                self._finish([done])
             return
+        dones = [done] if done is not None else []
         with self._cond:
             if not self._stop and self._queued + spans <= self._capacity:
-                self._queue.append((request, spans))
+                self._queue.append((request, spans, dones))
                 self._queued += spans
                 self._cond.notify()
                 return
+            if self._queue and not self._stop:
+                self._queue[-1][2].extend(dones)
+                dones = []
         self._counters.add("spans_dropped", spans)
         reason = "shut down" if self._stop else "forward queue full"
         self._log.event("spans_dropped", reason=reason, spans=spans, to=self._destination)
+        self._finish(dones)
+
+    def _finish(self, dones: list[Done]) -> None:
+        for done in dones:
+            try:
+                done()
+            except Exception as exc:  # a bug of ours: logged, forwarding goes on
+                self._log.event("internal_error", where="forward_done", error=repr(exc)[:300])
 
     def close(self, deadline: float) -> None:
         """Send what is queued until ``deadline`` (monotonic seconds); count the rest as dropped."""
@@ -153,6 +176,7 @@ class Forwarder:
         with self._cond:
             self._stop = True
             left = self._queued
+            dones = [done for _, _, waiting in self._queue for done in waiting]
             self._queue.clear()
             self._queued = 0
             self._cond.notify_all()
@@ -164,6 +188,7 @@ class Forwarder:
         if left:
             self._counters.add("spans_dropped", left)
             self._log.event("spans_dropped", always=True, reason="shutdown deadline", spans=left, to=self._destination)
+        self._finish(dones)
 
     def _run(self) -> None:
         attempt = 0
@@ -173,7 +198,7 @@ class Forwarder:
                     self._cond.wait()
                 if self._stop or not self._queue:
                     return  # stopped, or closing with nothing left
-                request, spans = self._queue[0]
+                request, spans, dones = self._queue[0]
             try:
                 outcome = self._sender.send(request)
             except Exception as exc:  # an exporter bug must not stop forwarding
@@ -185,6 +210,8 @@ class Forwarder:
                     if self._queue and self._queue[0][0] is request:
                         self._queue.popleft()
                         self._queued -= spans
+                    else:
+                        dones = []  # cleared by close(), which calls them
                 if outcome == "sent":
                     self._counters.add("spans_forwarded", spans)
                 else:  # refused for good: sending it again would block the queue behind it forever
@@ -192,6 +219,7 @@ class Forwarder:
                     self._log.event(
                         "spans_dropped", reason="refused by the next hop", spans=spans, to=self._destination
                     )
+                self._finish(dones)
                 if self._down:
                     self._down = False
                     self._log.event("next_hop_up", always=True, to=self._destination)

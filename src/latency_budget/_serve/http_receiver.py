@@ -159,7 +159,8 @@ class HttpReceiver:
                     request = parse_json(body) if kind == _JSON else parse_protobuf(body)
                 except BadRequest as exc:
                     return intake.bad(str(exc), protocol="http"), kind
-                return intake.accept(request, len(body), protocol="http"), kind
+                raw = body if kind == _PROTOBUF else None  # JSON is logged as protobuf, encoded again
+                return intake.accept(request, len(body), protocol="http", body=raw), kind
 
         self._server, self.address = _listen(endpoint, Handler, max_connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="latency-budget-http", daemon=True)

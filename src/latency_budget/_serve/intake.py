@@ -1,9 +1,10 @@
 """What happens to one received export request, whichever receiver took it.
 
-It is decoded, its spans join their traces in the buffer (all or none), and the
-receiver is told in one :class:`Answer` what to say: accepted (with how many spans were
-rejected, as an OTLP partial success), refused because the server is full or draining
-(retry later), or bad input.
+It is decoded, its spans join their traces in the buffer (all or none) and, with a
+write-ahead log, the request is logged first (:mod:`.wal`), and the receiver is told in
+one :class:`Answer` what to say: accepted (with how many spans were rejected, as an OTLP
+partial success), refused because the server or its log is full or draining (retry
+later), or bad input. Nothing is acknowledged that the log does not hold.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from latency_budget._serve.assembly import Decided, TraceBuffer
 from latency_budget._serve.otlp import decode_request
 from latency_budget._serve.stats import Counters, EventLog
+from latency_budget._serve.wal import Wal
 
 __all__ = ["Answer", "Intake"]
 
@@ -42,8 +44,10 @@ class Intake:
         leave: Callable[[list[Decided]], None],
         *,
         wanted: frozenset[str] | None = None,
+        wal: Wal | None = None,
     ) -> None:
         self._buffer = buffer
+        self._wal = wal
         self._counters = counters
         self._log = log
         self._leave = leave  # spans that leave at once: late spans, evicted traces
@@ -56,8 +60,10 @@ class Intake:
         self._log.event("bad_request", protocol=protocol, reason=message)
         return Answer("bad", message)
 
-    def accept(self, request: ExportTraceServiceRequest, size: int, *, protocol: str) -> Answer:
-        """Take the spans of ``request`` (``size`` bytes encoded) or say why not."""
+    def accept(
+        self, request: ExportTraceServiceRequest, size: int, *, protocol: str, body: bytes | None = None
+    ) -> Answer:
+        """Take the spans of ``request`` (``size`` bytes encoded; ``body``: its protobuf bytes) or say why not."""
         counters = self._counters
         counters.add("requests_received")
         if self.draining:
@@ -69,7 +75,12 @@ class Intake:
             self._log.event("spans_rejected", protocol=protocol, spans=rejected, reason=reason)
         if not spans:
             return Answer("ok", reason, rejected)
-        refused, leaving = self._buffer.add(spans)
+        wal = self._wal
+        if wal is None:
+            refused, leaving = self._buffer.add(spans)
+        else:
+            encoded = body if body is not None else request.SerializeToString()
+            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(encoded, ids))
         if refused is not None:
             counters.add("requests_refused")
             self._log.event("refused", protocol=protocol, reason=refused.reason, spans=len(spans))

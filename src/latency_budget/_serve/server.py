@@ -5,13 +5,17 @@ due, judges them (:mod:`.judge`), hands the reports to the OTLP log and metric s
 queues the spans for the next hop (:mod:`.forwarder`). The receivers only decode and
 buffer. :meth:`Server.drain` is the SIGTERM path: refuse new data, judge every rooted
 trace, forward the rest unjudged, flush, all within the shutdown deadline.
+
+With a write-ahead log (:mod:`.wal`), :meth:`Server.start` first replays what a previous
+run acknowledged and did not forward, before the receivers take anything new, and every
+forwarded batch settles its traces in the log once it has left.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -25,8 +29,9 @@ from latency_budget._serve.grpc_receiver import GrpcReceiver
 from latency_budget._serve.http_receiver import HealthServer, HttpReceiver
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import Origin, encode_batch
+from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch, parse_protobuf
 from latency_budget._serve.stats import Counters, EventLog
+from latency_budget._serve.wal import Wal, WalOptions
 
 __all__ = ["ServeOptions", "Server"]
 
@@ -47,6 +52,7 @@ class ServeOptions:
     queue_spans: int = 100_000
     max_request_bytes: int = 16 * 1024 * 1024
     shutdown_timeout_s: float = 10.0
+    wal: WalOptions | None = None
 
 
 class Server:
@@ -75,7 +81,11 @@ class Server:
         self._forwarder = Forwarder(
             sender, queue_spans=options.queue_spans, counters=self.counters, log=self.log, destination=destination
         )
-        self._intake = Intake(self._buffer, self.counters, self.log, self._leave, wanted=_wanted_keys(config, options))
+        self._wanted = _wanted_keys(config, options)
+        self._wal = Wal(options.wal, self.counters, self.log) if options.wal is not None else None
+        if self._wal is not None:
+            self._wal.open()  # WalError: a bad --wal-dir, before any port is taken
+        self._intake = Intake(self._buffer, self.counters, self.log, self._leave, wanted=self._wanted, wal=self._wal)
         self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
         self._stopping = threading.Event()
         self._draining = False
@@ -89,8 +99,10 @@ class Server:
         self.health = HealthServer(options.health_endpoint, self._health)
 
     def start(self) -> dict[str, object]:
-        """Start serving; the ``listening`` log line's fields (the bound addresses)."""
+        """Start serving (after replaying the write-ahead log); the ``listening`` log line's fields."""
         self._forwarder.start()
+        if self._wal is not None:
+            self._replay(self._wal)
         self._decider.start()
         self.grpc.start()
         if self.http is not None:
@@ -122,6 +134,8 @@ class Server:
         self._forwarder.close(deadline - 0.2)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
+        if self._wal is not None:
+            self._wal.close()
         self.log.event("shutdown", always=True, counters=counters, reports_done_in_time=flushed)
         self.health.stop()
         return flushed and counters["spans_dropped"] == 0
@@ -130,7 +144,14 @@ class Server:
 
     def _health(self) -> tuple[bool, dict[str, object]]:
         traces, spans, held_bytes = self._buffer.held()
-        held = {"traces": traces, "spans": spans, "bytes": held_bytes, "forward_queue_spans": self._forwarder.queued()}
+        held: dict[str, object] = {
+            "traces": traces,
+            "spans": spans,
+            "bytes": held_bytes,
+            "forward_queue_spans": self._forwarder.queued(),
+        }
+        if self._wal is not None:
+            held["wal"] = self._wal.held()
         counters = self.counters.snapshot()
         if self._draining:
             return False, {"status": "draining", "counters": counters, "held": held}
@@ -158,7 +179,7 @@ class Server:
                 )
             else:
                 self.counters.add("spans_late", len(item.spans))
-        self._forward((received.origin, received.span) for item in decided for received in item.spans)
+        self._forward(decided)
 
     def _decide(self, decided: list[Decided]) -> None:
         if not decided:
@@ -186,7 +207,7 @@ class Server:
         unjudged = sum(1 for item in decided if item.outcome == "no_root")
         if unjudged:
             self.log.event("forwarded_unjudged", reason="root never arrived (--max-wait)", traces=unjudged)
-        self._forward((received.origin, received.span) for item in decided for received in item.spans)
+        self._forward(decided)
         for report in reports:
             for sink in self._sinks:
                 try:
@@ -195,15 +216,84 @@ class Server:
                     counters.add("reports_failed")
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
-    def _forward(self, spans: Iterable[tuple[Origin, Span]]) -> None:
+    def _forward(self, decided: list[Decided]) -> None:
+        """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
+        spans = ((received.origin, received.span) for item in decided for received in item.spans)
+        wal = self._wal
+        settled = [(item.trace_id, item.seq) for item in decided] if wal is not None else []
+        put = self._forwarder.put
+        held: list[tuple[Origin, Span]] | None = None  # the last batch waits: it carries the settling
         batch: list[tuple[Origin, Span]] = []
         for pair in spans:
             batch.append(pair)
             if len(batch) >= _BATCH_SPANS:
-                self._forwarder.put(encode_batch(batch), len(batch))
-                batch = []
+                if held is not None:
+                    put(encode_batch(held), len(held))
+                held, batch = batch, []
         if batch:
-            self._forwarder.put(encode_batch(batch), len(batch))
+            if held is not None:
+                put(encode_batch(held), len(held))
+            held = batch
+        done = (lambda: wal.settle(settled)) if wal is not None and settled else None
+        if held is not None:
+            put(encode_batch(held), len(held), done)
+        elif done is not None:
+            done()
+
+    def _replay(self, wal: Wal) -> None:
+        """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""
+        settled = wal.settled_before
+        self._buffer.remember(settled)  # their late spans stay late, as before the restart
+        counters = self.counters
+        requests = spans_replayed = deduplicated = lost = 0
+        traces: set[int] = set()
+        for record in wal.recover():
+            try:
+                request = parse_protobuf(record.body)
+            except BadRequest:  # its CRC held: written so by a bug, not a crash
+                counters.add("wal_records_corrupt")
+                continue
+            spans, _, _ = decode_request(request, len(record.body), wanted=self._wanted)
+            kept = [item for item in spans if settled.get(item.trace_id, 0) < record.seq]
+            deduplicated += len(spans) - len(kept)
+            if not kept:
+                continue
+            ids = {item.trace_id for item in kept}
+            wal.track(record, ids)
+            refused, leaving = self._buffer.add(kept, seq=record.seq)
+            if refused is not None:  # more than the buffer holds: decide what is held, then retry
+                self.log.event("wal_replay_overflow", reason=refused.reason)
+                with self._decide_lock:
+                    self._decide(self._buffer.drain())
+                refused, leaving = self._buffer.add(kept, seq=record.seq)
+            if refused is not None:
+                lost += len(kept)
+                wal.settle((trace_id, record.seq) for trace_id in ids)
+                continue
+            if leaving:
+                self._leave(leaving)
+            requests += 1
+            spans_replayed += len(kept)
+            traces |= ids
+        wal.recovered()
+        counters.add("wal_requests_replayed", requests)
+        counters.add("wal_spans_replayed", spans_replayed)
+        counters.add("wal_traces_replayed", len(traces))
+        counters.add("wal_spans_deduplicated", deduplicated)
+        counters.add("wal_records_corrupt", wal.corrupt)
+        counters.add("wal_spans_lost", lost)
+        self.log.event(
+            "wal_replayed",
+            always=True,
+            directory=wal.options.directory,
+            requests=requests,
+            spans=spans_replayed,
+            traces=len(traces),
+            spans_deduplicated=deduplicated,
+            records_corrupt=counters.snapshot()["wal_records_corrupt"],
+            spans_lost=lost,
+            fsync=wal.options.fsync,
+        )
 
     def _flush_sinks(self, deadline: float) -> bool:
         if self._flush is None:

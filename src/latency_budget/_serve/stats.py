@@ -27,6 +27,15 @@ Counter = Literal[
     "spans_forwarded",
     "spans_dropped",
     "reports_failed",
+    "wal_requests_replayed",
+    "wal_spans_replayed",
+    "wal_traces_replayed",
+    "wal_spans_deduplicated",
+    "wal_records_corrupt",
+    "wal_spans_lost",
+    "wal_requests_refused",
+    "wal_write_errors",
+    "wal_segments_deleted",
 ]
 """Every counter, each a monotonic count since the start:
 
@@ -39,7 +48,15 @@ Counter = Literal[
   ``traces_already_annotated`` (judged in process: forwarded untouched),
   ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
 - ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop stayed down
-  past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised).
+  past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised);
+- the write-ahead log (``--wal-dir``), after a restart: ``wal_requests_replayed``,
+  ``wal_spans_replayed`` and ``wal_traces_replayed`` (read back and put in the buffer again,
+  judged when due), ``wal_spans_deduplicated`` (read back but already forwarded before the
+  crash: not sent again), ``wal_records_corrupt`` (a torn or corrupt segment tail, ignored:
+  never acknowledged when it is a crash's last write), ``wal_spans_lost`` (read back but not
+  taken again: a span the crash lost for good); while running: ``wal_requests_refused`` (the
+  log full or failing: the sender is told to retry, also in ``requests_refused``),
+  ``wal_write_errors`` (a write or fsync failed: ENOSPC, EIO) and ``wal_segments_deleted``.
 """
 
 COUNTERS: tuple[Counter, ...] = get_args(Counter)

@@ -67,6 +67,10 @@ def register(commands: Any) -> None:
     add("--roots", metavar="trace|local", help="trace: one request per trace (default); local: each local root")
     add("--reports", metavar="otlp|none", help="violation/hint logs and budget metrics over OTLP (default otlp)")
     add("--metric-interval", metavar="SECONDS", help="how often the budget metrics are exported (default 10)")
+    add("--wal-dir", metavar="DIR", help="write-ahead log: what is acknowledged survives a crash (default: off)")
+    add("--wal-max-bytes", metavar="N", help="the log's bytes on disk; past it requests are refused (default 256 MiB)")
+    add("--wal-fsync", metavar="always|interval|never", help="when the log is synced to disk (default interval)")
+    add("--wal-fsync-interval", metavar="SECONDS", help="with --wal-fsync interval: how often (default 1)")
     parser.set_defaults(run=run)
 
 
@@ -86,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from latency_budget._serve.forwarder import open_sender  # noqa: PLC0415
     from latency_budget._serve.reports import open_report_sinks  # noqa: PLC0415
     from latency_budget._serve.server import ServeOptions, Server  # noqa: PLC0415
+    from latency_budget._serve.wal import FSYNC_POLICIES, WalError, WalOptions  # noqa: PLC0415
     from latency_budget.export._otlp import OtlpSettingError, otlp_target  # noqa: PLC0415
 
     limits = Limits(
@@ -95,6 +100,18 @@ def run(args: argparse.Namespace) -> int:
         max_spans_per_trace=settings.get("max-spans-per-trace", _count, 10_000),
         max_bytes=settings.get("max-bytes", _count, 256 * 1024 * 1024),
     )
+    wal_dir = settings.get("wal-dir", str, None)
+    wal = None
+    if wal_dir is not None:
+        wal = WalOptions(
+            directory=wal_dir,
+            max_bytes=settings.get("wal-max-bytes", _count, limits.max_bytes),
+            fsync=settings.get("wal-fsync", _choice(*FSYNC_POLICIES), "interval"),  # type: ignore[arg-type]
+            fsync_interval_s=settings.get("wal-fsync-interval", _seconds, 1.0),
+        )
+        if wal.max_bytes > limits.max_bytes:
+            # What the log holds must fit back in the buffer when it is replayed.
+            raise CliError("serve: --wal-max-bytes must not be larger than --max-bytes")
     http = settings.get("http-endpoint", _endpoint_or_none, _DEFAULT_HTTP)
     options = ServeOptions(
         grpc_endpoint=settings.get("grpc-endpoint", _endpoint, "localhost:4317"),
@@ -105,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         queue_spans=settings.get("queue-size", _count, 100_000),
         max_request_bytes=settings.get("max-request-bytes", _count, 16 * 1024 * 1024),
         shutdown_timeout_s=settings.get("shutdown-timeout", _seconds, 10.0),
+        wal=wal,
     )
     if options.max_request_bytes > limits.max_bytes:
         raise CliError("serve: --max-request-bytes must not be larger than --max-bytes")
@@ -124,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         server = Server(
             config, options, open_sender(target), destination=target.describe("traces"), sinks=sinks, flush_sinks=flush
         )
+    except WalError as exc:
+        raise CliError(f"serve: {exc}") from None
     except (OSError, RuntimeError) as exc:
         raise CliError(f"serve: cannot listen: {exc}") from None
     stop = threading.Event()
