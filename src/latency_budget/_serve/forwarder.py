@@ -212,6 +212,7 @@ class Forwarder:
                         self._queued -= spans
                     else:
                         dones = []  # cleared by close(), which calls them
+                self._finish(dones)  # before the count: a batch counted has been settled
                 if outcome == "sent":
                     self._counters.add("spans_forwarded", spans)
                 else:  # refused for good: sending it again would block the queue behind it forever
@@ -219,7 +220,6 @@ class Forwarder:
                     self._log.event(
                         "spans_dropped", reason="refused by the next hop", spans=spans, to=self._destination
                     )
-                self._finish(dones)
                 if self._down:
                     self._down = False
                     self._log.event("next_hop_up", always=True, to=self._destination)

@@ -314,11 +314,17 @@ class Wal:
         if self._fd >= 0:
             fd, self._fd = self._fd, -1
             try:
-                if self.options.fsync != "never":
+                if self.options.fsync != "never" and not self._broken:
                     os.fsync(fd)
+            except OSError as exc:  # what it holds stays readable after a process crash; the new one goes on
+                self._counters.add("wal_write_errors")
+                self._log.event("wal_sync_failed", directory=str(self._dir), error=str(exc))
             finally:
                 os.close(fd)
         path = self._dir / f"{self._next_seq:020d}{_SUFFIX}"
+        while any(segment.path == path for segment in self._segments):  # after a write that could not be undone
+            self._next_seq += 1
+            path = self._dir / f"{self._next_seq:020d}{_SUFFIX}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         segment = _Segment(path, self._next_seq, os.fstat(fd).st_size)
         self._fd = fd
