@@ -197,6 +197,17 @@ class ManagedProcess:
             self._log_file = None
         return None if process is None else process.returncode
 
+    def kill(self, *, timeout: float = SHUTDOWN_TIMEOUT_S) -> int | None:
+        """Kill the process at once (SIGKILL: a crash, nothing flushed); its exit code, None if it was not started."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=timeout)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return None if process is None else process.returncode
+
     @property
     def returncode(self) -> int | None:
         """Exit code of the current process, None while it runs or before it started."""
@@ -487,12 +498,16 @@ class ServeService:
     grpc_endpoint: str  # host:port, what the tier collector sends to
     health_url: str
 
-    def counters(self) -> dict[str, int]:
-        """The counters of GET /health; raises ServiceError when it does not answer 200."""
+    def health(self) -> dict[str, Any]:
+        """The document of GET /health (counters, held); raises ServiceError when it does not answer 200."""
         status, body = http_get(self.health_url)
         if status != 200:
             raise ServiceError(f"{self.process.name} /health answered {status}: {body[:500]!r}")
-        return {str(key): int(value) for key, value in json.loads(body)["counters"].items()}
+        return dict(json.loads(body))
+
+    def counters(self) -> dict[str, int]:
+        """The counters of GET /health; raises ServiceError when it does not answer 200."""
+        return {str(key): int(value) for key, value in self.health()["counters"].items()}
 
 
 def start_serve(
