@@ -14,9 +14,11 @@ COPY . .
 RUN pip install . && rm -rf /src
 
 # /rules: docker-compose.yml's `rules` service writes the Prometheus rules there, into a
-# volume that starts as a copy of this folder (so owned by demo).
+# volume that starts as a copy of this folder (so owned by demo). /wal: the serve
+# instances' write-ahead log (`serve --wal-dir /wal`), a volume of each instance's own.
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin demo \
-    && install -d -o demo -g demo /rules
+    && install -d -o demo -g demo /rules /wal
+VOLUME ["/wal"]
 USER demo
 WORKDIR /home/demo
 
