@@ -167,9 +167,27 @@ def _settled(serves: list[ServeService]) -> bool:
     return True
 
 
-def _delivered(hop: NextHop, serves: list[ServeService], expected: int) -> Counter[tuple[int, int]] | None:
-    seen = _received(hop)
-    return seen if len(seen) == expected and _settled(serves) else None
+def _all_delivered(
+    hop: NextHop, tier: Tier, spans: int, what: str
+) -> tuple[Counter[tuple[int, int]], list[dict[str, int]]]:
+    """Once ``spans`` distinct spans arrived and no instance holds anything: each span's count, the counters."""
+
+    def probe() -> Counter[tuple[int, int]] | None:
+        seen = _received(hop)
+        return seen if len(seen) == spans and _settled(tier.serves) else None
+
+    seen = poll(probe, timeout=TIMEOUT_S, what=what)
+    return seen, [serve.counters() for serve in tier.serves]
+
+
+def _send(endpoint: str, batches: list[list[ReadableSpan]]) -> None:
+    """Export each batch through the SDK's OTLP/gRPC exporter, one request each."""
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=True, timeout=30)
+    try:
+        for batch in batches:
+            assert exporter.export(batch) == SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
 
 
 def _roots(hop: NextHop) -> dict[int, list[dict[str, object]]]:
@@ -227,12 +245,7 @@ def test_kill_9_of_an_instance_mid_stream_loses_nothing_and_judges_each_trace_on
         assert not sender.is_alive()
         assert sender.failed == 0
 
-        seen = poll(
-            lambda: _delivered(hop, tier.serves, len(traces) * SPANS),
-            timeout=TIMEOUT_S,
-            what="every span of every trace at the next hop",
-        )
-        counters = [serve.counters() for serve in tier.serves]
+        seen, counters = _all_delivered(hop, tier, len(traces) * SPANS, "every span of every trace at the next hop")
     finally:
         _stop(tier)
 
@@ -262,10 +275,7 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
     tier = _start_tier(otel_tools, tmp_path, hop, attach_log, routed=2, max_wait="5")
     try:
         # Every trace's children, through the two-instance list, held open (no root yet).
-        sender = OTLPSpanExporter(endpoint=tier.collector.otlp_grpc_endpoint, insecure=True, timeout=30)
-        for children, _ in traces:
-            assert sender.export(children) == SpanExportResult.SUCCESS
-        sender.shutdown()
+        _send(tier.collector.otlp_grpc_endpoint, [children for children, _ in traces])
         poll(
             lambda: True if sum(s.counters()["spans_received"] for s in tier.serves) == len(traces) * 3 else None,
             timeout=TIMEOUT_S,
@@ -277,16 +287,10 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
         tier.collector = _collector(otel_tools, tmp_path, tier.serves)
         tier.started.append(tier.collector.process)
         attach_log(tier.collector.process)
-        sender = OTLPSpanExporter(endpoint=tier.collector.otlp_grpc_endpoint, insecure=True, timeout=30)
-        for _, root in traces:
-            assert sender.export(root) == SpanExportResult.SUCCESS
-        sender.shutdown()
-        seen = poll(
-            lambda: _delivered(hop, tier.serves, len(traces) * SPANS),
-            timeout=TIMEOUT_S,
-            what="every span at the next hop, the split parts' rootless halves after --max-wait",
+        _send(tier.collector.otlp_grpc_endpoint, [root for _, root in traces])
+        seen, counters = _all_delivered(
+            hop, tier, len(traces) * SPANS, "every span at the next hop, split traces' rootless parts after --max-wait"
         )
-        counters = [serve.counters() for serve in tier.serves]
     finally:
         _stop(tier)
 
