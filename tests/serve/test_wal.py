@@ -9,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +18,10 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from latency_budget._serve.assembly import Limits
+from latency_budget._serve.forwarder import Forwarder, Outcome
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions, frame, read_records
 from latency_budget.cli._main import main
@@ -316,3 +320,60 @@ def test_kill_9_loses_nothing_acknowledged(hop: NextHop, tmp_path: Path) -> None
             process.kill()
             process.wait()
     assert _segments(wal_dir) == []  # all settled, stopped cleanly: nothing left on disk
+
+
+class _HeldSender:
+    """A next hop that takes each request only when the test lets it (one ``release`` a request)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Semaphore(0)
+        self.sent: list[int] = []
+
+    def send(self, request: ExportTraceServiceRequest) -> Outcome:
+        self.release.acquire()
+        self.sent.append(len(request.resource_spans))
+        return "sent"
+
+    def shutdown(self) -> None:
+        self.release.release(100)
+
+
+def test_a_batch_settles_only_after_every_batch_ahead_of_it_left(tmp_path: Path) -> None:
+    """A batch dropped for a full queue settles once the batch ahead of it has left; close settles what it drops."""
+    counters, settled = Counters(), []
+    sender = _HeldSender()
+    forwarder = Forwarder(sender, queue_spans=2, counters=counters, log=EventLog(io.StringIO()), destination="test")
+    forwarder.start()
+    request = ExportTraceServiceRequest()
+    forwarder.put(request, 2, lambda: settled.append("first"))
+    forwarder.put(request, 1, lambda: settled.append("dropped"))  # past the queue: dropped and counted at once
+    assert counters.snapshot()["spans_dropped"] == 1
+    assert settled == []  # ... but not settled before the batch ahead of it left
+    sender.release.release()
+    poll(lambda: True if len(settled) == 2 else None, timeout=WAIT_S, what="both settled")
+    assert settled == ["first", "dropped"]
+    forwarder.put(request, 2, lambda: settled.append("at close"))
+    forwarder.close(time.monotonic() + 0.1)  # the sender holds it: dropped at the deadline, and settled
+    assert settled[-1] == "at close"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--wal-dir", "DIR", "--wal-fsync", "sometimes"], "--wal-fsync: expected one of always, interval, never"),
+        (["--wal-dir", "DIR", "--wal-max-bytes", "2000", "--max-bytes", "1000"], "--wal-max-bytes must not be larger"),
+        (["--wal-dir", "DIR", "--wal-fsync-interval", "0"], "--wal-fsync-interval: expected a positive number"),
+    ],
+)
+def test_bad_wal_options_are_one_line_and_exit_2(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --wal-* value is one line naming the option, and exit status 2, before anything is written."""
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(BUDGET_FILE)
+    argv = [str(tmp_path / "wal") if arg == "DIR" else arg for arg in argv]
+    assert main(["serve", "--budgets", str(budgets), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert message in err[0]
+    assert not (tmp_path / "wal").exists()
