@@ -101,6 +101,24 @@ def test_a_torn_tail_after_a_crash_is_counted_and_the_rest_recovered(tmp_path: P
     assert again.append(b"four", {4}) == 3  # numbering goes on after the last whole record
 
 
+def test_a_crash_right_after_a_segment_was_made_leaves_an_empty_one_that_is_passed_over(tmp_path: Path) -> None:
+    """An empty segment left by a crash is read as nothing; new records go after it and it is deleted in its turn."""
+    wal, _, _ = _wal(tmp_path)
+    assert wal.append(b"one", {1}) == 1
+    wal.close()
+    (tmp_path / f"{2:020d}.wal").touch()  # rolled, then killed before the first write
+    again, _, _ = _wal(tmp_path, replayed=False)
+    assert [(r.seq, r.body) for r in again.recover()] == [(1, b"one")]
+    assert again.corrupt == 0
+    for recovered in again.recover():
+        again.track(recovered, {1})
+    again.recovered()
+    assert again.append(b"two", {2}) == 3
+    assert [path.name for path in _segments(tmp_path)] == [f"{n:020d}.wal" for n in (1, 2, 3)]
+    again.settle([(1, 1)])
+    assert [path.name for path in _segments(tmp_path)] == [f"{3:020d}.wal"]
+
+
 def test_a_segment_is_deleted_once_everything_in_it_and_before_it_is_settled(tmp_path: Path) -> None:
     """Segments roll at their size and go oldest first, only when every trace they hold has been settled."""
     wal, counters, _ = _wal(tmp_path, segment_bytes=1)  # every record past the first starts a new segment

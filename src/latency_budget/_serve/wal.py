@@ -159,11 +159,6 @@ class Wal:
             raise WalError(f"{flag}: in use by another latency-budget serve") from None
         try:
             self._scan()
-            if self._segments and self._segments[-1].first_seq == self._next_seq:
-                # Its name is the next one's: it holds no valid record (a crash right after its creation).
-                stale = self._segments.pop()
-                self._total -= stale.size
-                stale.path.unlink()
             self._start_segment()
         except OSError as exc:
             raise WalError(f"{flag}: {exc.strerror or exc}") from None
@@ -185,6 +180,7 @@ class Wal:
             segment.valid_end = valid_end
             self._segments.append(segment)
             self._total += len(data)
+            last_seq = max(last_seq, segment.first_seq)  # a new segment's name sorts after every old one
             for seq, kind, start, end in records:
                 last_seq = max(last_seq, seq)
                 if kind == _SETTLE:
