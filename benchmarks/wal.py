@@ -21,6 +21,9 @@ real SDK's spans, 50 traces a request, encoded and parsed before any clock start
     request: its fsyncs wait for the disk, not the CPU.
 ``append``  the log's own part: CPU time of encoding each parsed request again and
     appending it (``--wal-fsync never``), per span.
+``replay``  a log left holding every request (as a crash leaves it), read back by a real
+    ``Server`` (the budgets of ``workloads.py``) at its start: wall time of ``start()``
+    and spans replayed per second (decoded and put in the buffer, before any judging).
 
 The log is written under ``--dir`` (default: a temporary directory), so the figure for
 ``always`` is that file system's.
@@ -41,11 +44,14 @@ from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from latency_budget import load_budgets
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
 from latency_budget._serve.intake import Intake
+from latency_budget._serve.server import ServeOptions, Server
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
 from serve import CASE_NAMES, SHAPES, encode_requests
+from workloads import BUDGETS
 
 MODES: tuple[str | None, ...] = (None, "never", "interval", "always")
 BATCH_SPANS = 2048  # as the server forwards and settles
@@ -111,6 +117,44 @@ def settle_all(wal: Wal, decided: list[Decided]) -> None:
     wal.settle(batch)
 
 
+class _Discard:
+    """A next hop that takes everything."""
+
+    def send(self, request: ExportTraceServiceRequest) -> str:
+        return "sent"
+
+    def shutdown(self) -> None:
+        return
+
+
+def replay(parsed: Sequence[tuple[ExportTraceServiceRequest, bytes]], directory: Path) -> tuple[float, int]:
+    """Wall seconds of a server's start on a log holding every request, and the spans it replayed."""
+    _, _, wal, _ = take_all(parsed, "never", directory)
+    assert wal is not None
+    wal.close()  # nothing settled: every segment stays, as after kill -9
+    limits = Limits(decision_wait_s=3600.0, max_wait_s=7200.0, max_traces=10**7, max_bytes=1 << 40)
+    options = ServeOptions(
+        grpc_endpoint="127.0.0.1:0",
+        http_endpoint=None,
+        health_endpoint="127.0.0.1:0",
+        limits=limits,
+        wal=WalOptions(directory=str(directory), max_bytes=1 << 40, fsync="never"),
+    )
+    server = Server(
+        load_budgets(text=BUDGETS, source="workloads.py"),
+        options,
+        _Discard(),  # type: ignore[arg-type]
+        destination="discard",
+        log=EventLog(io.StringIO()),
+    )
+    wall = time.perf_counter()
+    server.start()
+    spent = time.perf_counter() - wall
+    replayed = server.counters.snapshot()["wal_spans_replayed"]
+    server.drain()
+    return spent, replayed
+
+
 def measure(case: str, traces: int, rounds: int, root: Path) -> dict[str, Any]:
     requests = encode_requests(case, traces)
     parsed = [(ExportTraceServiceRequest.FromString(body), body) for body in requests]
@@ -137,6 +181,9 @@ def measure(case: str, traces: int, rounds: int, root: Path) -> dict[str, Any]:
             cpu[str(mode)].append(cpu_s)
             wall[str(mode)].append(wall_s)
     appended = [append_all(parsed, Path(tempfile.mkdtemp(prefix="append-", dir=root))) for _ in range(rounds)]
+    replay_s, replayed = replay(parsed, Path(tempfile.mkdtemp(prefix="replay-", dir=root)))
+    if replayed != spans:
+        raise RuntimeError(f"replayed {replayed} spans of {spans}")
     base = statistics.median(cpu["None"])
     return {
         "case": CASE_NAMES[case],
@@ -149,6 +196,8 @@ def measure(case: str, traces: int, rounds: int, root: Path) -> dict[str, Any]:
         "cpu_us_per_span": {mode: statistics.median(values) / spans * 1e6 for mode, values in cpu.items()},
         "cpu_ratio": {mode: statistics.median(values) / base for mode, values in cpu.items()},
         "append_us_per_span": statistics.median(appended) / spans * 1e6,
+        "replay_s": replay_s,
+        "replay_spans_per_s": spans / replay_s,
         "wall_ms_per_request": {mode: statistics.median(values) / len(requests) * 1e3 for mode, values in wall.items()},
     }
 
@@ -178,6 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"(x{result['cpu_ratio'][name]:.3f}), wall {result['wall_ms_per_request'][name]:.3f} ms a request"
                 )
             print(f"  the log's own part (encode again, append): {result['append_us_per_span']:.2f} us a span")
+            print(
+                f"  replay at start: {result['replay_s']:.2f} s for {result['spans']} spans "
+                f"({result['replay_spans_per_s']:,.0f} spans a second)"
+            )
             sys.stdout.flush()
     return 0
 
