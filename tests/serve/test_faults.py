@@ -104,7 +104,7 @@ def test_bad_http_input_is_an_error_and_the_server_keeps_serving(
 
 
 def test_oversized_and_broken_grpc_messages_are_refused_and_the_server_keeps_serving(hop: NextHop) -> None:
-    """A gRPC message over the receive limit, or not protobuf, is an error status; the next good one is judged."""
+    """Over the receive limit: RESOURCE_EXHAUSTED; not protobuf: INVALID_ARGUMENT, counted; then a good one judged."""
     with running(BUDGETS, hop.url, max_request_bytes=10_000) as serve:
         big = _request(1)
         big.resource_spans[0].scope_spans[0].spans[0].name = "x" * 20_000
@@ -115,7 +115,8 @@ def test_oversized_and_broken_grpc_messages_are_refused_and_the_server_keeps_ser
         raw = channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")
         with pytest.raises(grpc.RpcError) as broken:
             raw(b"\xff\xff\xff\xff", timeout=10)
-        assert broken.value.code() != grpc.StatusCode.OK
+        assert broken.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert serve.counters()["bad_requests"] == 1
         _stub(serve.grpc_endpoint).Export(_request(2), timeout=10)
         serve.wait_for(lambda c: c["traces_judged"] == 1, "the good trace judged")
 

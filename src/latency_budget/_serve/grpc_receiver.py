@@ -5,6 +5,11 @@ Full or draining, it answers ``RESOURCE_EXHAUSTED`` or ``UNAVAILABLE`` with a
 Collector's exporter reads, and the ``google.rpc.retryinfo-bin`` trailer the Python
 SDK's reads), so the sender's queue retries; a message over ``max_request_bytes`` is
 refused by grpcio itself (``RESOURCE_EXHAUSTED``, counted by no one but the sender).
+
+The method is registered without a request deserializer: it gets the message's bytes and
+parses them itself (a body that is not protobuf is ``INVALID_ARGUMENT``, counted in
+``bad_requests``), so the write-ahead log stores those bytes as they came instead of
+encoding the parsed request again.
 """
 
 from __future__ import annotations
@@ -15,9 +20,10 @@ from typing import Any
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.rpc import code_pb2, error_details_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from latency_budget._serve.intake import Answer, Intake
+from latency_budget._serve.otlp import BadRequest, parse_protobuf
 
 __all__ = ["GrpcReceiver"]
 
@@ -28,14 +34,20 @@ _CODES = {
 }
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _TraceService:
     def __init__(self, intake: Intake) -> None:
         self._intake = intake
 
-    def Export(
-        self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        answer = self._intake.accept(request, request.ByteSize(), protocol="grpc")
+    def export(self, body: bytes, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
+        try:
+            request = parse_protobuf(body)
+        except BadRequest as exc:
+            answer = self._intake.bad(str(exc), protocol="grpc")
+        else:
+            answer = self._intake.accept(request, len(body), protocol="grpc", body=body)
         if answer.status == "ok":
             response = trace_service_pb2.ExportTraceServiceResponse()
             if answer.rejected_spans:
@@ -76,9 +88,14 @@ class GrpcReceiver:
             ),
             maximum_concurrent_rpcs=workers * 16,  # past it grpcio answers RESOURCE_EXHAUSTED itself
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(intake), self._server
+        export: grpc.RpcMethodHandler[bytes, trace_service_pb2.ExportTraceServiceResponse] = (
+            grpc.unary_unary_rpc_method_handler(
+                _TraceService(intake).export,
+                request_deserializer=None,  # the bytes as they came
+                response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+            )
         )
+        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
         host = endpoint.rsplit(":", 1)[0]
         self.port = self._server.add_insecure_port(endpoint)
         if not self.port:
