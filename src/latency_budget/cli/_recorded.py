@@ -167,14 +167,17 @@ def _builtin_budgets() -> BudgetConfig:
     return load_budgets(text=_BUILTIN_YAML, source="<built-in>")
 
 
-def load_recorded(args: argparse.Namespace) -> Recorded:
-    """Read the traces named by ``args``, judge them, and refuse input with nothing to judge."""
+def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
+    """Read the traces named by ``args``, judge them, and refuse input with nothing to judge.
+
+    Without ``levers`` (``suggest``) the reports keep no calls: nothing will read them.
+    """
     config, label = load_config(args.budgets)
     if args.jaeger:
         traces = load_traces(args)
         reports = evaluate_spans(config, traces.spans)
     else:
-        traces, reports = _judge_files(args, config)
+        traces, reports = _judge_files(args, config, levers=levers)
     if not reports and not config.every_root:
         if config.requests is not None:
             rules, fix = "the 'requests' rules", "check its requests rules"
@@ -211,11 +214,15 @@ def _check_files_args(args: argparse.Namespace) -> None:
         raise CliError("--service is only used with --jaeger")
 
 
-def _judge_files(args: argparse.Namespace, config: BudgetConfig) -> tuple[TraceSet, list[TraceReport]]:
+def _judge_files(
+    args: argparse.Namespace, config: BudgetConfig, *, levers: bool = True
+) -> tuple[TraceSet, list[TraceReport]]:
     """Read the trace files and judge them trace by trace as they close; the reports in root start order.
 
     Of each trace only its reports are kept, and the spans of the slowest request (the
-    first of the slowest, in report order, as the HTML page picks it).
+    first of the slowest, in report order, as the HTML page picks it). A report's calls
+    are read as the trace closes (the levers would read them all later), so the spans'
+    attributes they were read from go with the trace; without ``levers`` none are kept.
     """
     _check_files_args(args)
     window = TraceWindow(args.window)
@@ -230,10 +237,11 @@ def _judge_files(args: argparse.Namespace, config: BudgetConfig) -> tuple[TraceS
         nonlocal spans, slowest
         spans += len(records)
         for found in judge_roots(config, records):
-            root = found.root
+            root, report = found.root, found.report
+            report.calls = tuple(report.calls) if levers else ()
             key = (root.start_ns, root.trace_id, root.span_id)
-            judged.append((*key, found.report))
-            total = found.report.total_actual_ms
+            judged.append((*key, report))
+            total = report.total_actual_ms
             if slowest is None or total > slowest[0] or (total == slowest[0] and key < slowest[1]):
                 slowest = (total, key, records)
 

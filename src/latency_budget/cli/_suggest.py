@@ -71,7 +71,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Suggest budgets and write them; the text is checked with the budget loader first."""
-    recorded = load_recorded(args)
+    recorded = load_recorded(args, levers=False)
     raw = _raw_budgets(args.budgets)
     text = _Writer(recorded, raw, args.percentile, args.headroom).document()
     try:
