@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from latency_budget.cli import main
-from latency_budget.cli._inputs import InputLimits, TraceInputError, read_trace_files
+from latency_budget.cli._inputs import STREAMED_MAX_SPANS, InputLimits, TraceInputError, read_trace_files
+from latency_budget.cli._main import build_parser
 
 from .conftest import BUDGETS, JAEGER_SEARCH, OTLP, run_cli
 
@@ -101,6 +102,17 @@ def test_span_count_limit(capsys: pytest.CaptureFixture[str]) -> None:
     first = sum(len(scope["spans"]) for rs in otlp_lines()[0]["resourceSpans"] for scope in rs["scopeSpans"])
     argv = ["check", str(OTLP), "-b", str(BUDGETS), "--max-spans", str(first)]
     one_line_error(capsys, argv, f"{OTLP}:2: more than {first} spans in all (see --max-spans)")
+
+
+@pytest.mark.parametrize(
+    ("command", "default"),
+    [("check", 10_000_000), ("report", 10_000_000), ("suggest", 10_000_000), ("doctor", 1_000_000)],
+)
+def test_max_spans_defaults_to_ten_million_where_traces_are_judged_as_read(command: str, default: int) -> None:
+    """check, report and suggest keep a report a request (10M spans); doctor holds every span (1M)."""
+    assert (STREAMED_MAX_SPANS, InputLimits().max_spans) == (10_000_000, 1_000_000)
+    args = build_parser().parse_args([command, str(OTLP), "-b", str(BUDGETS)])
+    assert args.max_spans == default
 
 
 def test_limits_are_checked_when_given(capsys: pytest.CaptureFixture[str]) -> None:

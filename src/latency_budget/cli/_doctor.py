@@ -88,7 +88,7 @@ def register(commands: Any) -> None:
         ),
         formatter_class=raw_help(),
     )
-    add_trace_arguments(parser)
+    add_trace_arguments(parser, streamed=False)  # it holds every span
     add_budgets_argument(parser, required=False)
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     parser.set_defaults(run=run)

@@ -24,6 +24,7 @@ from latency_budget.cli._stats import RunSummary, summarize
 from ._common import CliError, load_budgets_option, service_name
 from ._inputs import (
     MAX_JSON_DEPTH,
+    STREAMED_MAX_SPANS,
     InputLimits,
     TraceSet,
     TraceWindow,
@@ -56,8 +57,12 @@ _GC_THRESHOLD = 50_000  # allocations between collections of the youngest genera
 _BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
 
 
-def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
-    """TRACES files, or ``--jaeger URL --service NAME [--lookback 1h]``."""
+def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
+    """TRACES files, or ``--jaeger URL --service NAME [--lookback 1h]``.
+
+    ``streamed`` commands judge files trace by trace, so their ``--max-spans`` is
+    :data:`STREAMED_MAX_SPANS`; the others hold every span and keep the default of :class:`InputLimits`.
+    """
     parser.add_argument(
         "traces",
         metavar="TRACES",
@@ -83,6 +88,7 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
     )
     bounds = parser.add_argument_group("limits on the input (see docs/reliability.md)")
     defaults = InputLimits()
+    max_spans = STREAMED_MAX_SPANS if streamed else defaults.max_spans
     bounds.add_argument(
         "--max-input-size",
         metavar="SIZE",
@@ -108,8 +114,8 @@ def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-spans",
         metavar="N",
         type=positive_int,
-        default=defaults.max_spans,
-        help=f"most spans over all inputs (default: {defaults.max_spans:,})",
+        default=max_spans,
+        help=f"most spans over all inputs (default: {max_spans:,})",
     )
     bounds.add_argument(
         "--window",

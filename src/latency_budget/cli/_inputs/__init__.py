@@ -26,7 +26,7 @@ from typing import IO
 from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
-from ._limits import MAX_JSON_DEPTH, InputLimits, load_json, parse_size
+from ._limits import MAX_JSON_DEPTH, STREAMED_MAX_SPANS, InputLimits, load_json, parse_size
 from ._spans import ParsedSpan, Repairs, assemble
 from ._window import TraceWindow
 from .jaeger import is_jaeger, spans_from_jaeger
@@ -35,6 +35,7 @@ from .otlp import SharedStrings, is_otlp, spans_from_otlp
 
 __all__ = [
     "MAX_JSON_DEPTH",
+    "STREAMED_MAX_SPANS",
     "InputLimits",
     "Repairs",
     "TraceInputError",

@@ -17,9 +17,13 @@ from typing import Any
 
 from ._errors import TraceInputError, show
 
-__all__ = ["MAX_JSON_DEPTH", "InputLimits", "load_json", "parse_size"]
+__all__ = ["MAX_JSON_DEPTH", "STREAMED_MAX_SPANS", "InputLimits", "load_json", "parse_size"]
 
 MAX_JSON_DEPTH = 500
+STREAMED_MAX_SPANS = 10_000_000
+"""``--max-spans`` of ``check``, ``report`` and ``suggest``, which judge trace files trace by trace and keep
+only each request's report: ten million spans of the standard AI trace took about 8 minutes of CPU and 3 GB
+(benchmarks/README.md, "Scaling"); ``doctor`` holds every span and keeps :attr:`InputLimits.max_spans`."""
 _SIZE = re.compile(r"(\d+)\s*([kmg]i?b?|b)?", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
@@ -36,9 +40,9 @@ class InputLimits:
     """Deepest nesting of JSON objects and arrays in a document (OTLP/JSON nests about 12 deep); at most
     ``MAX_JSON_DEPTH``, below the depth at which Python's JSON parser gives up."""
     max_spans: int = 1_000_000
-    """Most spans over all inputs of one command: judged trace by trace, a million spans of the standard AI
-    trace keep about 310 MB of reports, but the levers' statistics are still quadratic in a model's calls
-    (docs/cli.md, "What a recording costs")."""
+    """Most spans over all inputs of a command that holds them all (``doctor``, about 563 bytes a span); the
+    commands that judge trace by trace default to :data:`STREAMED_MAX_SPANS` (docs/cli.md, "What a recording
+    costs")."""
 
 
 def parse_size(text: str) -> int:
