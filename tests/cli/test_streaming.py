@@ -176,7 +176,7 @@ def held_bytes(tmp_path: Path) -> dict[str, float]:
 
 
 def test_docs_quote_the_bytes_held_per_span_and_per_request(tmp_path: Path) -> None:
-    """docs/cli.md's bytes per span (whole read) and per request (streamed, with and without calls) are measured, to 10%."""
+    """docs/cli.md's bytes per span (whole read) and per request (streamed, with and without calls), to 10%."""
     text = " ".join((REPO / "docs" / "cli.md").read_text(encoding="utf-8").split())
     quoted = re.search(
         r"about \*\*([\d,]+) bytes\*\* per span .*? about \*\*([\d,]+) bytes\*\* per request "
