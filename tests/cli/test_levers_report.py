@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import DEMO_REQUESTS, REPO, run_cli
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import scaling  # type: ignore[import-not-found]
+import workloads  # type: ignore[import-not-found]
 
 EXAMPLE_BUDGETS = REPO / "budgets.example.yaml"
 KINDS = ("streaming", "cache", "model_choice", "context_size", "output_length", "sequential_calls", "iterations")
@@ -98,6 +104,24 @@ def test_the_context_fit_is_shown_with_its_quality_or_not_at_all(report_json: di
     assert embeddings["duration"]["fit"] is None
     assert embeddings["duration"]["reason"]
     assert embeddings["first_token"] == {"fit": None, "reason": "no streamed calls"}
+
+
+def test_a_fit_over_more_calls_than_it_fits_says_it_was_thinned(tmp_path: Path) -> None:
+    """2,000 calls of one model: the first-token fit rests on 400 of them, and the JSON, caption and test say so."""
+    recording, budgets = tmp_path / "one-model.jsonl", tmp_path / "budgets.yaml"
+    scaling.write_recording(scaling.WORKLOADS["one-model"], 8000, recording)  # 1,000 requests, two chat calls each
+    budgets.write_text(workloads.BUDGETS, encoding="utf-8")
+    result = run_cli("report", recording, "--budgets", budgets, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    rows = {(row["stage"], row["model"]): row for row in data["context_size"]}
+    fit = rows["model_call", "gpt-4o-mini"]["first_token"]["fit"]
+    assert (fit["n"], fit["of"]) == (400, 2000)
+    (lever,) = [lever for lever in data["where_to_win"] if lever["kind"] == "context_size"]
+    assert "R² 1.00, n 400 (of 2,000, thinned evenly by size)" in lever["basis"]
+    assert "over 400 calls (of 2,000, thinned evenly by size)" in lever["test"]
+    again = run_cli("report", recording, "--budgets", budgets, "--format", "json")
+    assert json.loads(again.stdout)["context_size"] == data["context_size"]  # the sample is the same each run
 
 
 def test_markdown_and_check_carry_the_levers_too(demo_traces: Path) -> None:

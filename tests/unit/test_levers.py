@@ -131,10 +131,15 @@ def test_theil_sen_refuses_a_line_that_explains_almost_nothing() -> None:
 
 
 def test_theil_sen_thins_many_points_evenly() -> None:
-    """A thousand points on a line are thinned to 400 and still give the line."""
+    """A thousand points on a line are thinned to 400 and still give the line, and say so; 400 are not thinned."""
     fit = theil_sen([(x, 3.0 * x + 1) for x in range(1000)])
     assert fit is not None
-    assert (fit.n, fit.slope, fit.x_low, fit.x_high) == (400, 3.0, 0.0, 999.0)
+    assert (fit.n, fit.of, fit.slope, fit.x_low, fit.x_high) == (400, 1000, 3.0, 0.0, 999.0)
+    assert fit.thinned
+    assert fit.sample_note() == " (of 1,000, thinned evenly by size)"
+    whole = theil_sen([(x, 3.0 * x + 1) for x in range(400)])
+    assert whole is not None
+    assert (whole.n, whole.of, whole.thinned, whole.sample_note()) == (400, 400, False, "")
 
 
 def test_shrunk_saving_counts_wall_clock_time_only() -> None:

@@ -61,7 +61,9 @@ class Fit:
     ``slope_low`` and ``slope_high`` bound an approximate 95% confidence interval for the
     slope (Sen's rank method); ``r_squared`` is the share of the variance of y the line
     explains on the fitted points; ``x_low`` and ``x_high`` are the range it was fitted
-    over (predictions outside it are extrapolations).
+    over (predictions outside it are extrapolations). ``n`` counts the points fitted and
+    ``of`` the finite points given: more than :data:`MAX_FIT_POINTS` are thinned evenly
+    along x first, so ``n`` < ``of`` says the fit rests on a deterministic sample of them.
     """
 
     slope: float
@@ -72,6 +74,16 @@ class Fit:
     r_squared: float
     x_low: float
     x_high: float
+    of: int
+
+    @property
+    def thinned(self) -> bool:
+        """Whether the fit rests on fewer points than it was given (thinned evenly along x)."""
+        return self.n < self.of
+
+    def sample_note(self) -> str:
+        """`` (of 25,000, thinned evenly by size)`` after the count of a thinned fit's points, else nothing."""
+        return f" (of {self.of:,}, thinned evenly by size)" if self.thinned else ""
 
     def predict(self, x: float) -> float:
         """The line's value at ``x``."""
@@ -176,7 +188,8 @@ def fit_or_reason(
     if len({x for x, _ in finite}) < MIN_DISTINCT_X:
         return f"fewer than {MIN_DISTINCT_X} distinct sizes"
     finite.sort()
-    if len(finite) > max_points:
+    given = len(finite)
+    if given > max_points:
         last = len(finite) - 1
         finite = [finite[round(i * last / (max_points - 1))] for i in range(max_points)]
     n = len(finite)
@@ -206,7 +219,7 @@ def fit_or_reason(
     r_squared = 1 - residual / total
     if r_squared < MIN_R_SQUARED:
         return f"the line explains too little (R² {r_squared:.2f})"
-    return Fit(slope, intercept, n, slope_low, slope_high, r_squared, finite[0][0], finite[-1][0])
+    return Fit(slope, intercept, n, slope_low, slope_high, r_squared, finite[0][0], finite[-1][0], given)
 
 
 def _middle(ordered: Sequence[float]) -> float:

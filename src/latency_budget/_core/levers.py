@@ -674,6 +674,6 @@ FITTED: dict[ContextBasis, str] = {
 def _fit_test(fit: Fit, basis: ContextBasis | None) -> str:
     what = f" of {FITTED[basis]}" if basis is not None else ""
     return (
-        f"Theil-Sen fit{what} over {fit.n} calls: slope's 95% interval above zero, R² {fit.r_squared:.2f} "
-        f"(at least {MIN_R_SQUARED})"
+        f"Theil-Sen fit{what} over {fit.n} calls{fit.sample_note()}: slope's 95% interval above zero, "
+        f"R² {fit.r_squared:.2f} (at least {MIN_R_SQUARED})"
     )

@@ -214,7 +214,7 @@ def fit_caption(fit: Fit) -> str:
     """A Theil-Sen fit of milliseconds on tokens, for people: the one wording of the text, tables and page."""
     return (
         f"{format_ms(fit.slope * 1000)} per 1,000 tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
-        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}"
+        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}{fit.sample_note()}"
     )
 
 

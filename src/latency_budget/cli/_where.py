@@ -176,6 +176,7 @@ def _fit_json(fit: Fit | None, reason: str) -> dict[str, Any]:
             "ms_per_token_ci95": [fit.slope_low, fit.slope_high],
             "r_squared": fit.r_squared,
             "n": fit.n,
+            "of": fit.of,
             "input_tokens_range": [fit.x_low, fit.x_high],
         },
         "reason": None,
