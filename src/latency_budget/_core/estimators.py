@@ -190,7 +190,7 @@ def fit_or_reason(
     finite.sort()
     given = len(finite)
     if given > max_points:
-        last = len(finite) - 1
+        last = given - 1
         finite = [finite[round(i * last / (max_points - 1))] for i in range(max_points)]
     n = len(finite)
     slopes: list[float] = []

@@ -22,7 +22,7 @@ __all__ = ["MAX_JSON_DEPTH", "STREAMED_MAX_SPANS", "InputLimits", "load_json", "
 MAX_JSON_DEPTH = 500
 STREAMED_MAX_SPANS = 10_000_000
 """``--max-spans`` of ``check``, ``report`` and ``suggest``, which judge trace files trace by trace and keep
-only each request's report: ten million spans of the standard AI trace took about 8 minutes of CPU and 3 GB
+only each request's report: ten million spans of the standard AI trace took 8 to 13 minutes of CPU (two runs) and 3 GB
 (benchmarks/README.md, "Scaling"); ``doctor`` holds every span and keeps :attr:`InputLimits.max_spans`."""
 _SIZE = re.compile(r"(\d+)\s*([kmg]i?b?|b)?", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
