@@ -61,10 +61,10 @@ class Origin:
 
     def __init__(
         self,
-        resource: bytes,
+        resource: bytes | None,
         resource_schema: bytes,
         resource_attributes: Mapping[str, object],
-        scope: bytes,
+        scope: bytes | None,
         scope_name: str,
         scope_schema: bytes,
     ) -> None:
@@ -388,7 +388,7 @@ def encode_batch(spans: Iterable[tuple[Origin, bytes]]) -> bytes:
     The spans' bytes are copied as they are; each resource, and each scope of a resource,
     is written once per request (origins of the same encoded resource and scope share it).
     """
-    tree: dict[tuple[bytes, bytes], dict[tuple[bytes, bytes], list[bytes]]] = {}
+    tree: dict[tuple[bytes | None, bytes], dict[tuple[bytes | None, bytes], list[bytes]]] = {}
     by_origin: dict[int, list[bytes]] = {}  # the spans of one origin are mostly together: one look-up each
     for origin, encoded in spans:
         group = by_origin.get(id(origin))

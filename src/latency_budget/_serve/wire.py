@@ -31,11 +31,11 @@ class WireError(ValueError):
     """Bytes that do not follow the protobuf wire format where serve reads them."""
 
 
-ScopeGroup = tuple[bytes, bytes, list[bytes]]
-"""One ``ScopeSpans``: the encoded scope, its schema URL (UTF-8 bytes), and its spans, each framed."""
+ScopeGroup = tuple[bytes | None, bytes, list[bytes]]
+"""One ``ScopeSpans``: the encoded scope (None: absent), its schema URL (UTF-8 bytes), and its spans, each framed."""
 
-ResourceGroup = tuple[bytes, bytes, list[ScopeGroup]]
-"""One ``ResourceSpans``: the encoded resource, its schema URL (UTF-8 bytes), and its scopes."""
+ResourceGroup = tuple[bytes | None, bytes, list[ScopeGroup]]
+"""One ``ResourceSpans``: the encoded resource (None: absent), its schema URL (UTF-8 bytes), and its scopes."""
 
 
 def varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -135,7 +135,7 @@ def read_request(body: bytes) -> list[ResourceGroup]:
                 resource.append(body[rstart:rend])
             elif rtag == _SCHEMA_URL:
                 resource_schema = body[rstart:rend]
-        groups.append((b"".join(resource), resource_schema, scopes))
+        groups.append((b"".join(resource) if resource else None, resource_schema, scopes))
     return groups
 
 
@@ -150,7 +150,7 @@ def _read_scope_spans(body: bytes, start: int, end: int) -> ScopeGroup:
             scope.append(body[value:after])
         elif tag == _SCHEMA_URL:
             schema = body[value:after]
-    return b"".join(scope), schema, spans
+    return (b"".join(scope) if scope else None), schema, spans
 
 
 def _varint_bytes(value: int) -> bytes:
@@ -167,17 +167,19 @@ def frame(tag: int, value: bytes) -> bytes:
     return _varint_bytes(tag) + _varint_bytes(len(value)) + value
 
 
-def write_request(groups: Iterable[tuple[bytes, bytes, Iterable[tuple[bytes, bytes, Iterable[bytes]]]]]) -> bytes:
+def write_request(
+    groups: Iterable[tuple[bytes | None, bytes, Iterable[tuple[bytes | None, bytes, Iterable[bytes]]]]],
+) -> bytes:
     """An encoded ``ExportTraceServiceRequest`` of these resources (encoded, schema URL) and scopes, with framed spans.
 
-    A resource's or scope's schema URL is written only when it is not empty (proto3's
-    default is not written).
+    An absent (None) resource or scope is not written, and neither is an empty schema URL
+    (proto3's default), so what :func:`read_request` read is written back as it came.
     """
     out: list[bytes] = []
     for resource, resource_schema, scopes in groups:
-        parts = [frame(_RESOURCE, resource)]
+        parts = [frame(_RESOURCE, resource)] if resource is not None else []
         for scope, scope_schema, spans in scopes:
-            body = frame(_SCOPE, scope) + b"".join(spans)
+            body = (frame(_SCOPE, scope) if scope is not None else b"") + b"".join(spans)
             if scope_schema:
                 body += frame(_SCHEMA_URL, scope_schema)
             parts.append(frame(_SCOPE_SPANS, body))
