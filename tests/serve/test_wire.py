@@ -14,7 +14,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
 
 from latency_budget._serve.otlp import BadRequest, annotate, annotated, decode_request, encode_batch
-from latency_budget._serve.wire import SPAN_TAG, WireError, frame, read_request, varint, write_request
+from latency_budget._serve.wire import (
+    SPAN_TAG,
+    WireError,
+    encode_attributes,
+    frame,
+    read_request,
+    varint,
+    write_request,
+)
 
 
 def _span(trace: int, span: int, parent: int = 0, **attributes: str | int) -> Span:
@@ -253,3 +261,59 @@ def test_encode_batch_regroups_spans_byte_for_byte() -> None:
     first = next(r for r in parsed.resource_spans if r.schema_url)
     assert {scope.scope.name for scope in first.scope_spans} == {"a", ""}
     assert next(s for s in first.scope_spans if s.scope.name == "a").schema_url == "s1"
+
+
+class _Label(str):
+    """A str subclass: written as its ``str``, as the library path writes it."""
+
+
+def test_encode_attributes_is_the_librarys_encoding_byte_for_byte() -> None:
+    """Every value kind the contract writes encodes to the bytes the protobuf library writes for it."""
+    attributes: dict[str, object] = {
+        "s": "ünïcode ✓",
+        "empty": "",
+        "yes": True,
+        "no": False,
+        "zero": 0,
+        "negative": -7,
+        "big": 2**63 - 1,
+        "small": -(2**63),
+        "float": 12.5,
+        "minus_zero": -0.0,
+        "inf": float("inf"),
+        "tuple": ("a", "b"),
+        "mixed": (1, 2.5, True, "x"),
+        "none_of_them": (),
+        "label": _Label("over"),
+        "long_key_" + "k" * 200: "v" * 300,
+    }
+    expected = Span()
+    annotate(expected, attributes)
+    assert encode_attributes(attributes) == expected.SerializeToString()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=20),
+        st.one_of(
+            st.text(max_size=40),
+            st.booleans(),
+            st.integers(min_value=-(2**63), max_value=2**63 - 1),
+            st.floats(allow_nan=False),
+            st.tuples(st.text(max_size=5), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+        ),
+        max_size=8,
+    )
+)
+def test_encode_attributes_matches_the_library_on_any_values(attributes: dict[str, object]) -> None:
+    """Arbitrary keys and values of the contract's kinds encode as the library encodes them."""
+    expected = Span()
+    annotate(expected, attributes)
+    assert encode_attributes(attributes) == expected.SerializeToString()
+
+
+def test_encode_attributes_refuses_an_integer_past_int64() -> None:
+    """An integer no AnyValue can hold is an error, as the library's is (the judge then forwards unjudged)."""
+    with pytest.raises(ValueError, match="int64"):
+        encode_attributes({"n": 2**63})

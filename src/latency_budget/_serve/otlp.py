@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -25,7 +27,15 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
 
-from latency_budget._serve.wire import SPAN_TAG, WireError, frame, read_request, varint, write_request
+from latency_budget._serve.wire import (
+    SPAN_TAG,
+    WireError,
+    encode_attributes,
+    frame,
+    read_request,
+    varint,
+    write_request,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import Attributes
@@ -213,6 +223,7 @@ def decode_request(body: bytes, *, wanted: frozenset[str] | None = None) -> tupl
     them (decoding every attribute is most of the cost of a span).
     """
     request = parse_protobuf(body)
+    keys = _key_finder(wanted) if wanted else None
     try:
         groups = read_request(body)
     except WireError as exc:  # the library read it: a bug of the reader, said as bad input rather than raised
@@ -239,9 +250,11 @@ def decode_request(body: bytes, *, wanted: frozenset[str] | None = None) -> tupl
                     pairs = len(listed)
                     attributes = attributes_of(listed)
                     events = _events_of(span) if span.events else ()
+                elif keys is not None and keys(encoded) is None:  # a span of no stage: never read
+                    attributes, events = _NOTHING, ()
                 else:
                     listed = list(span.attributes)  # read once, for the keys and (if wanted) the values
-                    if wanted.isdisjoint([pair.key for pair in listed]):  # a span of no stage: never read
+                    if wanted.isdisjoint([pair.key for pair in listed]):  # the bytes were in a value or an event
                         attributes, events = _NOTHING, ()
                     else:
                         pairs = len(listed)
@@ -270,6 +283,19 @@ def decode_request(body: bytes, *, wanted: frozenset[str] | None = None) -> tupl
                     )
                 )
     return received, rejected, reason
+
+
+@functools.lru_cache(maxsize=4)
+def _key_finder(wanted: frozenset[str]) -> Callable[[bytes], object]:
+    """A search for the bytes a span holds when it has an attribute of one of these keys: its ``KeyValue``'s key field.
+
+    A span whose bytes hold none of them has none of the keys, and one regular
+    expression over its bytes is far cheaper than listing its attributes; a span whose
+    bytes hold one may still not have it (the bytes can be in a value), so its keys are
+    then read. A key written with a longer length varint than needed (legal, but no
+    encoder does it) is not found.
+    """
+    return re.compile(b"|".join(re.escape(frame(1 << 3 | 2, key.encode())) for key in sorted(wanted))).search
 
 
 def _events_of(span: Span) -> tuple[Event, ...]:
@@ -374,9 +400,12 @@ def annotated(received: Received, attributes: Mapping[str, object], events: Sequ
     _, start = varint(encoded, start)
     present = received.attributes
     if received.pairs == len(present) and attributes.keys().isdisjoint(present):
-        addition = Span()
-        annotate(addition, attributes, events)
-        return frame(SPAN_TAG, encoded[start:] + addition.SerializeToString())
+        added = encode_attributes(attributes)
+        if events:
+            with_events = Span()
+            annotate(with_events, {}, events)
+            added += with_events.SerializeToString()
+        return frame(SPAN_TAG, encoded[start:] + added)
     span = Span.FromString(encoded[start:])
     annotate(span, attributes, events)
     return frame(SPAN_TAG, span.SerializeToString())

@@ -11,9 +11,19 @@ own rules (tags, varints, lengths) are used here; anything that breaks them rais
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import struct
+from collections.abc import Iterable, Mapping
 
-__all__ = ["ResourceGroup", "ScopeGroup", "WireError", "frame", "read_request", "varint", "write_request"]
+__all__ = [
+    "ResourceGroup",
+    "ScopeGroup",
+    "WireError",
+    "encode_attributes",
+    "frame",
+    "read_request",
+    "varint",
+    "write_request",
+]
 
 # Wire types (https://protobuf.dev/programming-guides/encoding/).
 _VARINT, _I64, _LEN, _SGROUP, _EGROUP, _I32 = 0, 1, 2, 3, 4, 5
@@ -25,6 +35,21 @@ _SCOPE_SPANS = 2 << 3 | _LEN  # ResourceSpans.scope_spans
 _SCHEMA_URL = 3 << 3 | _LEN  # ResourceSpans.schema_url, ScopeSpans.schema_url
 _SCOPE = 1 << 3 | _LEN  # ScopeSpans.scope
 SPAN_TAG = 2 << 3 | _LEN  # ScopeSpans.spans
+_ATTRIBUTE = 9 << 3 | _LEN  # Span.attributes
+_KEY = 1 << 3 | _LEN  # KeyValue.key
+_VALUE = 2 << 3 | _LEN  # KeyValue.value
+_STRING = 1 << 3 | _LEN  # AnyValue.string_value
+_BOOL = bytes((2 << 3 | _VARINT,))  # AnyValue.bool_value
+_INT = bytes((3 << 3 | _VARINT,))  # AnyValue.int_value
+_DOUBLE = bytes((4 << 3 | _I64,))  # AnyValue.double_value
+_ARRAY = 5 << 3 | _LEN  # AnyValue.array_value
+_ITEM = 1 << 3 | _LEN  # ArrayValue.values
+_pack_double = struct.Struct("<d").pack
+_INT64 = range(-(2**63), 2**63)
+_DOUBLE_VALUE = bytes((_VALUE, 9)) + _DOUBLE  # KeyValue.value holding AnyValue.double_value
+# The encoded key fields of the attribute keys written (the contract's, and the budget file's stages: few).
+_KEY_FIELDS: dict[str, tuple[bytes, bytes]] = {}
+_MAX_KEY_FIELDS = 4096
 
 
 class WireError(ValueError):
@@ -164,7 +189,10 @@ def _varint_bytes(value: int) -> bytes:
 
 def frame(tag: int, value: bytes) -> bytes:
     """``value`` as a length-delimited field of tag ``tag`` (a field number << 3 | 2)."""
-    return _varint_bytes(tag) + _varint_bytes(len(value)) + value
+    length = len(value)
+    if length < 0x80 and tag < 0x80:  # most fields: a byte of tag, a byte of length
+        return bytes((tag, length)) + value
+    return _varint_bytes(tag) + _varint_bytes(length) + value
 
 
 def write_request(
@@ -187,3 +215,50 @@ def write_request(
             parts.append(frame(_SCHEMA_URL, resource_schema))
         out.append(frame(_RESOURCE_SPANS, b"".join(parts)))
     return b"".join(out)
+
+
+def encode_attributes(attributes: Mapping[str, object]) -> bytes:
+    """``attributes`` as ``Span.attributes`` fields, in order: appended to an encoded span, they extend its attributes.
+
+    Values as the attribute contract writes them (str, bool, int, float, tuples of them;
+    anything else as its ``str``), encoded as the protobuf library encodes the same
+    ``KeyValue`` messages.
+    """
+    out: list[bytes] = []
+    append = out.append
+    heads = _KEY_FIELDS
+    for key, value in attributes.items():
+        known = heads.get(key)
+        if known is None:
+            known = _key_fields(key)
+            if len(heads) < _MAX_KEY_FIELDS:
+                heads[key] = known
+        if value.__class__ is float:  # most of a verdict: a fixed-size value, after a prefix made once per key
+            append(known[1] + _pack_double(value))
+        else:
+            append(frame(_ATTRIBUTE, known[0] + frame(_VALUE, _any_value(value))))
+    return b"".join(out)
+
+
+def _key_fields(key: str) -> tuple[bytes, bytes]:
+    """The key field of a ``KeyValue`` of ``key``, and all of an attribute field of it but a double's 8 bytes."""
+    head = frame(_KEY, key.encode()) if key else b""  # an empty key is proto3's default: not written
+    float_field = frame(_ATTRIBUTE, head + _DOUBLE_VALUE + bytes(8))[:-8]
+    return head, float_field
+
+
+def _any_value(value: object) -> bytes:
+    kind = value.__class__
+    if kind is str:
+        return frame(_STRING, value.encode())  # type: ignore[attr-defined]
+    if kind is float:
+        return _DOUBLE + _pack_double(value)
+    if kind is bool:
+        return _BOOL + (b"\x01" if value else b"\x00")
+    if kind is int:
+        if value not in _INT64:
+            raise ValueError(f"integer attribute value out of the int64 range: {value}")
+        return _INT + _varint_bytes(value & 0xFFFF_FFFF_FFFF_FFFF)  # type: ignore[operator]
+    if isinstance(value, tuple):
+        return frame(_ARRAY, b"".join(frame(_ITEM, _any_value(item)) for item in value))
+    return frame(_STRING, str(value).encode())
