@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Tracer
 
 from latency_budget._config.model import BudgetConfig
+from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.forwarder import open_sender
 from latency_budget._serve.otlp import attributes_of
@@ -97,6 +98,16 @@ def send_grpc(spans: Sequence[ReadableSpan], endpoint: str) -> SpanExportResult:
         return exporter.export(spans)
     finally:
         exporter.shutdown()
+
+
+def send_http_json(spans: Sequence[ReadableSpan], base_url: str) -> SpanExportResult:
+    """POST ``spans`` as OTLP/JSON (Python's SDK has no JSON exporter: the body is the demo's OTLP/JSON encoding)."""
+    body = json.dumps(encode_otlp_json(spans)).encode()
+    request = urllib.request.Request(
+        f"{base_url}/v1/traces", data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return SpanExportResult.SUCCESS if response.status == 200 else SpanExportResult.FAILURE
 
 
 def send_http(spans: Sequence[ReadableSpan], base_url: str) -> SpanExportResult:

@@ -21,8 +21,7 @@ class Clock:
 
 def _spans(first_trace: int = 1, *, root: bool = True) -> list[Received]:
     spans = [s for s in record(agent_trace, first_trace=first_trace) if root or s.parent is not None]
-    request = encode_spans(spans)
-    return decode_request(request, request.ByteSize())[0]
+    return decode_request(encode_spans(spans).SerializeToString())[0]
 
 
 def test_rooted_trace_is_due_after_decision_wait_of_quiet() -> None:

@@ -13,7 +13,7 @@ from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.otlp import attributes_of
 
-from .harness import NextHop, at, record, running, send_grpc, send_http
+from .harness import NextHop, at, record, running, send_grpc, send_http, send_http_json
 
 BUDGETS = load_budgets(
     text="""
@@ -60,7 +60,9 @@ def _event_view(events: object) -> list[tuple[str, int, dict[str, object]]]:
     return [(e.name, e.timestamp, dict(e.attributes or {})) for e in events]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("send", [send_grpc, send_http], ids=["otlp-grpc", "otlp-http"])
+@pytest.mark.parametrize(
+    "send", [send_grpc, send_http, send_http_json], ids=["otlp-grpc", "otlp-http", "otlp-http-json"]
+)
 def test_root_annotated_exactly_as_in_process(hop: NextHop, send) -> None:  # type: ignore[no-untyped-def]
     """Over OTLP, the trace is judged once, its root gains the in-process root's attributes and events, nothing else."""
     plain = record(agent_trace)

@@ -347,9 +347,9 @@ class _HeldSender:
         self.release = threading.Semaphore(0)
         self.sent: list[int] = []
 
-    def send(self, request: ExportTraceServiceRequest) -> Outcome:
+    def send(self, request: bytes) -> Outcome:
         self.release.acquire()
-        self.sent.append(len(request.resource_spans))
+        self.sent.append(len(request))
         return "sent"
 
     def shutdown(self) -> None:
@@ -362,7 +362,7 @@ def test_a_batch_settles_only_after_every_batch_ahead_of_it_left(tmp_path: Path)
     sender = _HeldSender()
     forwarder = Forwarder(sender, queue_spans=2, counters=counters, log=EventLog(io.StringIO()), destination="test")
     forwarder.start()
-    request = ExportTraceServiceRequest()
+    request = ExportTraceServiceRequest().SerializeToString()
     forwarder.put(request, 2, lambda: settled.append("first"))
     forwarder.put(request, 1, lambda: settled.append("dropped"))  # past the queue: dropped and counted at once
     assert counters.snapshot()["spans_dropped"] == 1

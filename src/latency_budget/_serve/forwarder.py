@@ -3,10 +3,10 @@
 The requests go out through the SDK's own OTLP span exporters (gRPC or HTTP, chosen and
 configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables, as
 :mod:`latency_budget.export._otlp` resolves them), fed already-encoded requests: the
-spans leave as they came, resource and scope kept, with no round trip through SDK span
-objects. The exporters' private parts that send an encoded request (the gRPC stub, the
-HTTP client) are the one thing used here that their public API does not offer;
-``tests/serve`` exercises both.
+spans leave as the bytes they came as, resource and scope kept, with no round trip
+through protobuf messages or SDK span objects. The exporters' private parts that send
+an encoded request (the gRPC channel, the HTTP client) are the one thing used here that
+their public API does not offer; ``tests/serve`` exercises both.
 
 While the next hop is unreachable or refuses for now, the head of the queue is retried
 with backoff and new batches wait behind it, up to ``queue_spans`` spans; past that a new
@@ -29,7 +29,7 @@ from typing import Literal, Protocol
 import grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget.export._otlp import OtlpTarget
@@ -48,12 +48,13 @@ Outcome = Literal["sent", "retry", "rejected"]
 _CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 5000))
 # HTTP statuses that say "not now" rather than "never" (as the OTLP/HTTP specification lists them).
 _HTTP_RETRYABLE = frozenset({408, 429, 502, 503, 504})
+_EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 class Sender(Protocol):
     """Sends one encoded request to the next hop, once (the forwarder retries)."""
 
-    def send(self, request: ExportTraceServiceRequest) -> Outcome: ...
+    def send(self, request: bytes) -> Outcome: ...
 
     def shutdown(self) -> None: ...
 
@@ -61,20 +62,27 @@ class Sender(Protocol):
 class _GrpcSender(GrpcSpanExporter):
     """The SDK's gRPC span exporter (its channel, credentials, headers, compression, timeout), fed encoded requests.
 
-    One attempt per call, through the exporter's stub: the forwarder does the retrying,
-    and needs the status code to tell a refusal for good (``INVALID_ARGUMENT``) from one
-    for now (the exporter's retryable codes, ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
+    One attempt per call, through the exporter's channel with no request serializer (the
+    request is bytes already): the forwarder does the retrying, and needs the status code
+    to tell a refusal for good (``INVALID_ARGUMENT``) from one for now (the exporter's
+    retryable codes, ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
     """
 
     def __init__(self, endpoint: str | None = None) -> None:
         super().__init__(endpoint=endpoint, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
+        self._raw_export: tuple[object, Callable[..., object]] | None = None
 
-    def send(self, request: ExportTraceServiceRequest) -> Outcome:
-        client = self._client
-        if client is None or self._shutdown:
+    def send(self, request: bytes) -> Outcome:
+        channel = self._channel
+        if channel is None or self._shutdown:
             return "retry"
+        if self._raw_export is None or self._raw_export[0] is not channel:  # the exporter may open a new channel
+            method = channel.unary_unary(
+                _EXPORT, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
+            )
+            self._raw_export = (channel, method)
         try:
-            client.Export(request=request, metadata=self._headers, timeout=self._timeout)
+            self._raw_export[1](request, metadata=self._headers, timeout=self._timeout)
         except grpc.RpcError as error:
             return "retry" if error.code() in self._retryable_error_codes else "rejected"
         return "sent"
@@ -83,10 +91,10 @@ class _GrpcSender(GrpcSpanExporter):
 class _HttpSender(HttpSpanExporter):
     """The SDK's OTLP/HTTP span exporter (its session, headers, TLS, compression, timeout), fed encoded requests."""
 
-    def send(self, request: ExportTraceServiceRequest) -> Outcome:
+    def send(self, request: bytes) -> Outcome:
         if self._shutdown:
             return "retry"
-        result = self._client.export(request.SerializeToString())
+        result = self._client.export(request)
         if result.success:
             return "sent"
         status = result.status_code
@@ -119,7 +127,7 @@ class Forwarder:
         self._log = log
         self._destination = destination
         self._clock = clock
-        self._queue: deque[tuple[ExportTraceServiceRequest, int, list[Done]]] = deque()
+        self._queue: deque[tuple[bytes, int, list[Done]]] = deque()
         self._queued = 0
         self._cond = threading.Condition()
         self._closing = False
@@ -135,7 +143,7 @@ class Forwarder:
         with self._cond:
             return self._queued
 
-    def put(self, request: ExportTraceServiceRequest, spans: int, done: Done | None = None) -> None:
+    def put(self, request: bytes, spans: int, done: Done | None = None) -> None:
         """Queue ``request`` (holding ``spans`` spans); dropped and counted when the queue is full.
 
         ``done`` is called once the request has left, sent or dropped, and every request

@@ -6,10 +6,11 @@ Collector's exporter reads, and the ``google.rpc.retryinfo-bin`` trailer the Pyt
 SDK's reads), so the sender's queue retries; a message over ``max_request_bytes`` is
 refused by grpcio itself (``RESOURCE_EXHAUSTED``, counted by no one but the sender).
 
-The method is registered without a request deserializer: it gets the message's bytes and
-parses them itself (a body that is not protobuf is ``INVALID_ARGUMENT``, counted in
-``bad_requests``), so the write-ahead log stores those bytes as they came instead of
-encoding the parsed request again.
+The method is registered without a request deserializer: it gets the message's bytes,
+which :mod:`.intake` decodes and splits into the spans' own bytes (a body that is not
+protobuf is ``INVALID_ARGUMENT``, counted in ``bad_requests``), so the write-ahead log
+stores those bytes as they came and the spans are held and forwarded as they came,
+with no second encoding.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from latency_budget._serve.intake import Answer, Intake
-from latency_budget._serve.otlp import BadRequest, parse_protobuf
 
 __all__ = ["GrpcReceiver"]
 
@@ -42,12 +42,7 @@ class _TraceService:
         self._intake = intake
 
     def export(self, body: bytes, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
-        try:
-            request = parse_protobuf(body)
-        except BadRequest as exc:
-            answer = self._intake.bad(str(exc), protocol="grpc")
-        else:
-            answer = self._intake.accept(request, len(body), protocol="grpc", body=body)
+        answer = self._intake.accept(body, protocol="grpc")
         if answer.status == "ok":
             response = trace_service_pb2.ExportTraceServiceResponse()
             if answer.rejected_spans:
@@ -91,7 +86,7 @@ class GrpcReceiver:
         export: grpc.RpcMethodHandler[bytes, trace_service_pb2.ExportTraceServiceResponse] = (
             grpc.unary_unary_rpc_method_handler(
                 _TraceService(intake).export,
-                request_deserializer=None,  # the bytes as they came
+                request_deserializer=None,  # the bytes as they came: see the module's docstring
                 response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
             )
         )

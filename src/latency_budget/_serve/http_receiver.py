@@ -29,7 +29,7 @@ from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from latency_budget._serve.intake import Answer, Intake
-from latency_budget._serve.otlp import BadRequest, parse_json, parse_protobuf
+from latency_budget._serve.otlp import BadRequest, parse_json
 
 __all__ = ["HealthServer", "HttpReceiver"]
 
@@ -155,12 +155,12 @@ class HttpReceiver:
                 elif encoding != "identity":
                     self.bad_status = 415
                     return intake.bad(f"unsupported content encoding {encoding[:40]!r}", protocol="http"), kind
-                try:
-                    request = parse_json(body) if kind == _JSON else parse_protobuf(body)
-                except BadRequest as exc:
-                    return intake.bad(str(exc), protocol="http"), kind
-                raw = body if kind == _PROTOBUF else None  # JSON is logged as protobuf, encoded again
-                return intake.accept(request, len(body), protocol="http", body=raw), kind
+                if kind == _JSON:  # encoded as protobuf, as the intake reads it (and the log stores it)
+                    try:
+                        body = parse_json(body).SerializeToString()
+                    except BadRequest as exc:
+                        return intake.bad(str(exc), protocol="http"), kind
+                return intake.accept(body, protocol="http"), kind
 
         self._server, self.address = _listen(endpoint, Handler, max_connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="latency-budget-http", daemon=True)

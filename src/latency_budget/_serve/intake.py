@@ -13,10 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from latency_budget._serve.assembly import Decided, TraceBuffer
-from latency_budget._serve.otlp import decode_request
+from latency_budget._serve.otlp import BadRequest, decode_request
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal
 
@@ -60,16 +58,18 @@ class Intake:
         self._log.event("bad_request", protocol=protocol, reason=message)
         return Answer("bad", message)
 
-    def accept(
-        self, request: ExportTraceServiceRequest, size: int, *, protocol: str, body: bytes | None = None
-    ) -> Answer:
-        """Take the spans of ``request`` (``size`` bytes encoded; ``body``: its protobuf bytes) or say why not."""
+    def accept(self, body: bytes, *, protocol: str) -> Answer:
+        """Take the spans of ``body`` (an encoded ``ExportTraceServiceRequest``) or say why not."""
         counters = self._counters
-        counters.add("requests_received")
         if self.draining:
+            counters.add("requests_received")
             counters.add("requests_refused")
             return Answer("draining", "shutting down", retry_after_s=1.0)
-        spans, rejected, reason = decode_request(request, size, wanted=self._wanted)
+        try:
+            spans, rejected, reason = decode_request(body, wanted=self._wanted)
+        except BadRequest as exc:  # counted as a bad request, not as one received
+            return self.bad(str(exc), protocol=protocol)
+        counters.add("requests_received")
         if rejected:
             counters.add("spans_rejected", rejected)
             self._log.event("spans_rejected", protocol=protocol, spans=rejected, reason=reason)
@@ -79,8 +79,7 @@ class Intake:
         if wal is None:
             refused, leaving = self._buffer.add(spans)
         else:
-            encoded = body if body is not None else request.SerializeToString()
-            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(encoded, ids))
+            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(body, ids))
         if refused is not None:
             counters.add("requests_refused")
             self._log.event("refused", protocol=protocol, reason=refused.reason, spans=len(spans))

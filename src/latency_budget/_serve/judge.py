@@ -23,7 +23,7 @@ from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._replay import judge_roots
-from latency_budget._serve.otlp import Received, annotate
+from latency_budget._serve.otlp import Received, annotated
 
 __all__ = ["Judge", "Roots", "Verdicts"]
 
@@ -52,7 +52,7 @@ class Judge:
         self._recent = RecentCalls(on_error=_lever_hints_failed)
 
     def judge(self, spans: Sequence[Received]) -> Verdicts:
-        """Judge the spans of one trace, annotating the judged roots' protobuf spans in place."""
+        """Judge the spans of one trace, giving each judged root its annotated bytes (``Received.encoded``)."""
         verdicts = Verdicts()
         whole = self.roots == "trace"
         if whole:
@@ -91,7 +91,7 @@ class Judge:
             )
             if judged.stage >= 0:  # in process the root carries its stage label from its start
                 extra = {**state.budgets.stages[judged.stage].label, **extra}
-            annotate(record.span, extra, events, present=record.attributes.keys())
+            record.encoded = annotated(record, extra, events)
             verdicts.reports.append(report)
             verdicts.judged += 1
         return verdicts

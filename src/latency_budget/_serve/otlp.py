@@ -1,27 +1,41 @@
-"""OTLP trace requests in and out: protobuf spans as replay records, annotations, batches to forward.
+"""OTLP trace requests in and out: spans as replay records, annotations, batches to forward.
 
-A received span keeps its protobuf message (forwarded as it came, but for a judged root's
-additions) and its origin, the resource and scope it came with, so a forwarded batch
-regroups spans under the same resource and scope. The decoder also gives each span the
-fields of a :class:`~latency_budget._replay.SpanRecord`, the form the judge reads.
+A received span keeps the bytes it came as (forwarded as they are, but for a judged root's
+additions) and its origin, the resource and scope it came with (encoded, shared by the
+spans of one scope), so a forwarded batch regroups spans under the same resource and
+scope without encoding any span again. The decoder also gives each span the fields of a
+:class:`~latency_budget._replay.SpanRecord`, the form the judge reads; the decoded
+protobuf request is dropped once they are read, so an open trace holds its spans'
+bytes and those fields, not protobuf messages.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
-from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
 from opentelemetry.trace import SpanKind
+
+from latency_budget._serve.wire import (
+    SPAN_TAG,
+    WireError,
+    encode_attributes,
+    frame,
+    read_request,
+    varint,
+    write_request,
+)
 
 if TYPE_CHECKING:
     from opentelemetry.util.types import Attributes
@@ -31,6 +45,7 @@ __all__ = [
     "Origin",
     "Received",
     "annotate",
+    "annotated",
     "decode_request",
     "encode_batch",
     "parse_json",
@@ -50,47 +65,50 @@ class BadRequest(ValueError):
 
 
 class Origin:
-    """The resource and scope a group of received spans came with (shared, never copied per span)."""
+    """The resource and scope a group of received spans came with, encoded (shared, never copied per span)."""
 
     __slots__ = ("resource", "resource_attributes", "resource_schema", "scope", "scope_name", "scope_schema")
 
     def __init__(
         self,
-        resource: Resource,
-        resource_schema: str,
+        resource: bytes | None,
+        resource_schema: bytes,
         resource_attributes: Mapping[str, object],
-        scope: InstrumentationScope,
-        scope_schema: str,
+        scope: bytes | None,
+        scope_name: str,
+        scope_schema: bytes,
     ) -> None:
         self.resource = resource
         self.resource_schema = resource_schema
         self.resource_attributes = resource_attributes
         self.scope = scope
-        self.scope_name = scope.name
+        self.scope_name = scope_name
         self.scope_schema = scope_schema
 
 
 class Received:
-    """One received span: its protobuf message, where it came from, its share of the bytes held, and its record.
+    """One received span: its bytes, where it came from, its share of the bytes held, and its record.
 
-    The record's fields (:class:`~latency_budget._replay.Recorded`, what the judge reads)
-    are held on this object itself: one plain object per span, not two, the cheapest
-    thing to build and the least for the garbage collector to walk.
+    ``encoded`` is the span as its ``ScopeSpans`` field (tag, length, the span's bytes as
+    they came). The record's fields (:class:`~latency_budget._replay.Recorded`, what the
+    judge reads) are held on this object itself: one plain object per span, not two, the
+    cheapest thing to build and the least for the garbage collector to walk.
     """
 
     __slots__ = (
         "attributes",
+        "encoded",
         "end_ns",
         "events",
         "kind",
         "name",
         "origin",
+        "pairs",
         "parent_id",
         "remote_parent",
         "resource",
         "scope",
         "size",
-        "span",
         "span_id",
         "start_ns",
         "trace_id",
@@ -98,31 +116,34 @@ class Received:
 
     def __init__(
         self,
-        span: Span,
+        encoded: bytes,
         origin: Origin,
         size: int,
         trace_id: int,
         span_id: int,
         parent_id: int | None,
+        name: str,
         start_ns: int,
         end_ns: int,
         kind: SpanKind,
         attributes: Mapping[str, object],
+        pairs: int,
         events: tuple[Event, ...],
         remote_parent: bool,
     ) -> None:
-        self.span = span
+        self.encoded = encoded
         self.origin = origin
         self.size = size
         self.trace_id = trace_id
         self.span_id = span_id
         self.parent_id = parent_id
-        self.name = span.name
+        self.name = name
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.kind = kind
         self.scope = origin.scope_name
         self.attributes = attributes
+        self.pairs = pairs  # attribute pairs the span came with: -1 when not counted
         self.events = events
         self.remote_parent = remote_parent
         self.resource = origin.resource_attributes
@@ -189,46 +210,55 @@ def _ids_to_base64(item: object, keys: Sequence[str]) -> None:
                 raise BadRequest(f"{key}: expected a hex id, got {value[:40]!r}") from None
 
 
-def decode_request(
-    request: ExportTraceServiceRequest, request_bytes: int, *, wanted: frozenset[str] | None = None
-) -> tuple[list[Received], int, str]:
-    """The spans of ``request``, and how many were rejected and why (the first reason).
+def decode_request(body: bytes, *, wanted: frozenset[str] | None = None) -> tuple[list[Received], int, str]:
+    """The spans of an encoded ``ExportTraceServiceRequest``, and how many were rejected and why (the first reason).
 
-    A span with a trace id that is not 16 bytes or a span id that is not 8 is rejected
-    (it cannot be grouped or forwarded meaningfully); the others are kept whatever they
-    hold. Each span's share of ``request_bytes`` is what it counts for in the bounds.
-    With ``wanted`` (the keys without one of which no rule can match a span), a span
-    that has a parent and none of those keys gets no attributes or events in its record:
-    nothing would read them (decoding every attribute is most of the cost of a span).
+    ``body`` is parsed whole by the protobuf library first, so anything it would refuse
+    raises :class:`BadRequest` and nothing of the request is kept. A span with a trace
+    id that is not 16 bytes or a span id that is not 8 is rejected (it cannot be grouped
+    or forwarded meaningfully); the others are kept whatever they hold. Each span's
+    share of the body's bytes is what it counts for in the bounds. With ``wanted`` (the
+    keys without one of which no rule can match a span), a span that has a parent and
+    none of those keys gets no attributes or events in its record: nothing would read
+    them (decoding every attribute is most of the cost of a span).
     """
-    total = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
-    share = request_bytes // total + 1 if total else 0
+    request = parse_protobuf(body)
+    keys = _key_finder(wanted) if wanted else None
+    try:
+        groups = read_request(body)
+    except WireError as exc:  # the library read it: a bug of the reader, said as bad input rather than raised
+        raise BadRequest(f"not an OTLP protobuf trace export ({exc})") from None
+    total = sum(len(spans) for _, _, scopes in groups for _, _, spans in scopes)
+    share = len(body) // total + 1 if total else 0
     received: list[Received] = []
     rejected = 0
     reason = ""
-    for resource_spans in request.resource_spans:
-        resource = resource_spans.resource
-        resource_attributes = attributes_of(resource.attributes)
-        for scope_spans in resource_spans.scope_spans:
-            origin = Origin(
-                resource, resource_spans.schema_url, resource_attributes, scope_spans.scope, scope_spans.schema_url
-            )
-            for span in scope_spans.spans:
+    for resource_spans, (resource, resource_schema, scopes) in zip(request.resource_spans, groups, strict=True):
+        resource_attributes = attributes_of(resource_spans.resource.attributes)
+        for scope_spans, (scope, scope_schema, encoded_spans) in zip(resource_spans.scope_spans, scopes, strict=True):
+            origin = Origin(resource, resource_schema, resource_attributes, scope, scope_spans.scope.name, scope_schema)
+            for span, encoded in zip(scope_spans.spans, encoded_spans, strict=True):
                 trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
                 if len(trace_id) != 16 or len(span_id) != 8 or (parent and len(parent) != 8):
                     rejected += 1
                     reason = reason or "a span's trace id is not 16 bytes, or a span id not 8"
                     continue
                 attributes: Mapping[str, object]
+                pairs = -1
                 if wanted is None or not parent:
-                    attributes = attributes_of(span.attributes)
+                    listed = list(span.attributes)
+                    pairs = len(listed)
+                    attributes = attributes_of(listed)
                     events = _events_of(span) if span.events else ()
+                elif keys is not None and keys(encoded) is None:  # a span of no stage: never read
+                    attributes, events = _NOTHING, ()
                 else:
-                    pairs = list(span.attributes)  # read once, for the keys and (if wanted) the values
-                    if wanted.isdisjoint([pair.key for pair in pairs]):  # a span of no stage: never read
+                    listed = list(span.attributes)  # read once, for the keys and (if wanted) the values
+                    if wanted.isdisjoint([pair.key for pair in listed]):  # the bytes were in a value or an event
                         attributes, events = _NOTHING, ()
                     else:
-                        attributes = attributes_of(pairs)
+                        pairs = len(listed)
+                        attributes = attributes_of(listed)
                         events = _events_of(span) if span.events else ()
                 flags = span.flags
                 start = span.start_time_unix_nano
@@ -236,21 +266,36 @@ def decode_request(
                 kind = span.kind
                 received.append(
                     Received(
-                        span,
+                        encoded,
                         origin,
                         share,
                         int.from_bytes(trace_id, "big"),
                         int.from_bytes(span_id, "big"),
                         int.from_bytes(parent, "big") if parent else None,
+                        span.name,
                         start,
                         end if end >= start else start,
                         _KINDS[kind] if 0 <= kind < len(_KINDS) else SpanKind.INTERNAL,
                         attributes,
+                        pairs,
                         events,
                         bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
                     )
                 )
     return received, rejected, reason
+
+
+@functools.lru_cache(maxsize=4)
+def _key_finder(wanted: frozenset[str]) -> Callable[[bytes], object]:
+    """A search for the bytes a span holds when it has an attribute of one of these keys: its ``KeyValue``'s key field.
+
+    A span whose bytes hold none of them has none of the keys, and one regular
+    expression over its bytes is far cheaper than listing its attributes; a span whose
+    bytes hold one may still not have it (the bytes can be in a value), so its keys are
+    then read. A key written with a longer length varint than needed (legal, but no
+    encoder does it) is not found.
+    """
+    return re.compile(b"|".join(re.escape(frame(1 << 3 | 2, key.encode())) for key in sorted(wanted))).search
 
 
 def _events_of(span: Span) -> tuple[Event, ...]:
@@ -341,25 +386,49 @@ def annotate(
         _extend(added.attributes, event.attributes or {})
 
 
-def encode_batch(spans: Iterable[tuple[Origin, Span]]) -> ExportTraceServiceRequest:
-    """One request holding ``spans``, regrouped under the resource and scope each came with."""
-    request = ExportTraceServiceRequest()
-    by_resource: dict[int, Any] = {}
-    by_scope: dict[int, Any] = {}
-    for origin, span in spans:
-        scope_spans = by_scope.get(id(origin))
-        if scope_spans is None:
-            resource_key = id(origin.resource)
-            resource_spans = by_resource.get(resource_key)
-            if resource_spans is None:
-                resource_spans = by_resource[resource_key] = request.resource_spans.add()
-                resource_spans.resource.CopyFrom(origin.resource)
-                resource_spans.schema_url = origin.resource_schema
-            scope_spans = by_scope[id(origin)] = resource_spans.scope_spans.add()
-            scope_spans.scope.CopyFrom(origin.scope)
-            scope_spans.schema_url = origin.scope_schema
-        scope_spans.spans.append(span)
-    return request
+def annotated(received: Received, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> bytes:
+    """``received``'s framed span bytes with these attributes (replacing any of the same key) and events added.
+
+    When none of the span's own pairs can have one of the new keys (every pair was
+    decoded, and no decoded key is among them), the additions are encoded alone and
+    appended to the span's bytes, which the wire format reads as appending to its
+    repeated attributes and events: the span's own bytes stay as they came. Otherwise
+    the span is decoded, merged by :func:`annotate`, and encoded again.
+    """
+    encoded = received.encoded
+    _, start = varint(encoded, 0)
+    _, start = varint(encoded, start)
+    present = received.attributes
+    if received.pairs == len(present) and attributes.keys().isdisjoint(present):
+        added = encode_attributes(attributes)
+        if events:
+            with_events = Span()
+            annotate(with_events, {}, events)
+            added += with_events.SerializeToString()
+        return frame(SPAN_TAG, encoded[start:] + added)
+    span = Span.FromString(encoded[start:])
+    annotate(span, attributes, events)
+    return frame(SPAN_TAG, span.SerializeToString())
+
+
+def encode_batch(spans: Iterable[tuple[Origin, bytes]]) -> bytes:
+    """One encoded ``ExportTraceServiceRequest`` holding these framed spans, regrouped under their resource and scope.
+
+    The spans' bytes are copied as they are; each resource, and each scope of a resource,
+    is written once per request (origins of the same encoded resource and scope share it).
+    """
+    tree: dict[tuple[bytes | None, bytes], dict[tuple[bytes | None, bytes], list[bytes]]] = {}
+    by_origin: dict[int, list[bytes]] = {}  # the spans of one origin are mostly together: one look-up each
+    for origin, encoded in spans:
+        group = by_origin.get(id(origin))
+        if group is None:
+            scopes = tree.setdefault((origin.resource, origin.resource_schema), {})
+            group = by_origin[id(origin)] = scopes.setdefault((origin.scope, origin.scope_schema), [])
+        group.append(encoded)
+    return write_request(
+        (resource, resource_schema, ((scope, scope_schema, framed) for (scope, scope_schema), framed in scopes.items()))
+        for (resource, resource_schema), scopes in tree.items()
+    )
 
 
 def hex_id(value: bytes) -> str:

@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
-
 from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
@@ -29,7 +27,7 @@ from latency_budget._serve.grpc_receiver import GrpcReceiver
 from latency_budget._serve.http_receiver import HealthServer, HttpReceiver
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch, parse_protobuf
+from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
 
@@ -218,12 +216,12 @@ class Server:
 
     def _forward(self, decided: list[Decided]) -> None:
         """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
-        spans = ((received.origin, received.span) for item in decided for received in item.spans)
+        spans = ((received.origin, received.encoded) for item in decided for received in item.spans)
         wal = self._wal
         settled = [(item.trace_id, item.seq) for item in decided] if wal is not None else []
         put = self._forwarder.put
-        held: list[tuple[Origin, Span]] | None = None  # the last batch waits: it carries the settling
-        batch: list[tuple[Origin, Span]] = []
+        held: list[tuple[Origin, bytes]] | None = None  # the last batch waits: it carries the settling
+        batch: list[tuple[Origin, bytes]] = []
         for pair in spans:
             batch.append(pair)
             if len(batch) >= _BATCH_SPANS:
@@ -248,12 +246,11 @@ class Server:
         requests = spans_replayed = deduplicated = lost = 0
         traces: set[int] = set()
         for record in wal.recover():
-            try:
-                request = parse_protobuf(record.body)
+            try:  # as the intake decodes a request: the spans held as the bytes they came as
+                spans, _, _ = decode_request(record.body, wanted=self._wanted)
             except BadRequest:  # its CRC held: written so by a bug, not a crash
                 counters.add("wal_records_corrupt")
                 continue
-            spans, _, _ = decode_request(request, len(record.body), wanted=self._wanted)
             kept = [item for item in spans if settled.get(item.trace_id, 0) < record.seq]
             deduplicated += len(spans) - len(kept)
             if not kept:
