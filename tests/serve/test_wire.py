@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -13,11 +14,12 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import Event
 
-from latency_budget._serve.otlp import BadRequest, annotate, annotated, decode_request, encode_batch
+from latency_budget._serve.otlp import BadRequest, annotated, decode_request, encode_batch
 from latency_budget._serve.wire import (
     SPAN_TAG,
     WireError,
     encode_attributes,
+    encode_events,
     frame,
     read_request,
     varint,
@@ -43,6 +45,39 @@ def _span(trace: int, span: int, parent: int = 0, **attributes: str | int) -> Sp
         else:
             pair.value.int_value = value
     return message
+
+
+def _library_value(target: AnyValue, value: object) -> None:
+    """The reference: ``value`` written into an AnyValue by the protobuf library."""
+    if isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int):
+        target.int_value = value
+    elif isinstance(value, float):
+        target.double_value = value
+    elif isinstance(value, tuple):
+        target.array_value.SetInParent()  # an empty tuple is still an array value
+        for item in value:
+            _library_value(target.array_value.values.add(), item)
+    else:
+        target.string_value = str(value)
+
+
+def _library_annotate(span: Span, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> None:
+    """The reference: ``span`` given these attributes (replacing the same keys) and events by the protobuf library."""
+    kept = [pair for pair in span.attributes if pair.key not in attributes]
+    del span.attributes[:]
+    span.attributes.extend(kept)
+    for key, value in attributes.items():
+        pair = span.attributes.add()
+        pair.key = key
+        _library_value(pair.value, value)
+    for event in events:
+        added = span.events.add(name=event.name, time_unix_nano=event.timestamp)
+        for key, value in (event.attributes or {}).items():
+            pair = added.attributes.add()
+            pair.key = key
+            _library_value(pair.value, value)
 
 
 def _request() -> ExportTraceServiceRequest:
@@ -209,7 +244,7 @@ def test_annotated_appends_the_additions_to_the_roots_own_bytes() -> None:
     assert out[start:].startswith(root.SerializeToString())  # the root's bytes as they came, then the additions
     expected = Span()
     expected.CopyFrom(root)
-    annotate(expected, ADDED, EVENTS)
+    _library_annotate(expected, ADDED, EVENTS)
     assert Span.FromString(out[start:]) == expected
 
 
@@ -288,7 +323,7 @@ def test_encode_attributes_is_the_librarys_encoding_byte_for_byte() -> None:
         "long_key_" + "k" * 200: "v" * 300,
     }
     expected = Span()
-    annotate(expected, attributes)
+    _library_annotate(expected, attributes)
     assert encode_attributes(attributes) == expected.SerializeToString()
 
 
@@ -309,8 +344,20 @@ def test_encode_attributes_is_the_librarys_encoding_byte_for_byte() -> None:
 def test_encode_attributes_matches_the_library_on_any_values(attributes: dict[str, object]) -> None:
     """Arbitrary keys and values of the contract's kinds encode as the library encodes them."""
     expected = Span()
-    annotate(expected, attributes)
+    _library_annotate(expected, attributes)
     assert encode_attributes(attributes) == expected.SerializeToString()
+
+
+def test_encode_events_matches_the_library() -> None:
+    """Events, with and without a name, a time or attributes, encode as the library encodes them."""
+    events = [
+        Event("latency_budget.violation", {"latency_budget.stage": "a", "n": 3, "ok": False, "ms": 2.5}, 1_500),
+        Event("", {"k": ("x", "y")}, 2**63 + 5),
+        Event("no attributes", None, 7),
+    ]
+    expected = Span()
+    _library_annotate(expected, {}, events)
+    assert encode_events((e.name, e.timestamp, e.attributes or {}) for e in events) == expected.SerializeToString()
 
 
 def test_encode_attributes_refuses_an_integer_past_int64() -> None:

@@ -16,7 +16,7 @@ import binascii
 import functools
 import json
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
@@ -31,6 +31,7 @@ from latency_budget._serve.wire import (
     SPAN_TAG,
     WireError,
     encode_attributes,
+    encode_events,
     frame,
     read_request,
     varint,
@@ -44,7 +45,6 @@ __all__ = [
     "BadRequest",
     "Origin",
     "Received",
-    "annotate",
     "annotated",
     "decode_request",
     "encode_batch",
@@ -331,84 +331,33 @@ def _python(value: AnyValue) -> object:
     return None
 
 
-def _set(target: AnyValue, value: object) -> None:
-    """Write an attribute value (as the contract writes them: str, bool, int, float, tuples of them) into ``target``.
-
-    Filled in place (``add()`` then set) rather than built and copied in: a root gains
-    some 25 attributes, and copying each built message in was most of the cost of a root.
-    """
-    kind = value.__class__
-    if kind is str:
-        target.string_value = value  # type: ignore[assignment]
-    elif kind is float:
-        target.double_value = value  # type: ignore[assignment]
-    elif kind is bool:
-        target.bool_value = value  # type: ignore[assignment]
-    elif kind is int:
-        target.int_value = value  # type: ignore[assignment]
-    elif isinstance(value, tuple):
-        array = target.array_value
-        array.SetInParent()  # an empty tuple is still an array value
-        items = array.values
-        for item in value:
-            _set(items.add(), item)
-    else:
-        target.string_value = str(value)
-
-
-def _extend(pairs: Any, attributes: Mapping[str, object]) -> None:
-    for key, value in attributes.items():
-        pair = pairs.add()
-        pair.key = key
-        _set(pair.value, value)
-
-
-def annotate(
-    span: Span, attributes: Mapping[str, object], events: Sequence[Event] = (), *, present: Collection[str] = ()
-) -> None:
-    """Give ``span`` these attributes (replacing any of the same key, as the SDK's merge does) and events.
-
-    ``present`` holds the keys of the span's decoded attributes: when it covers every pair
-    of the span and none of them is among ``attributes``, the span's own pairs are not read.
-    """
-    if attributes:
-        pairs = span.attributes
-        if len(present) != len(pairs) or not attributes.keys().isdisjoint(present):
-            kept = [pair for pair in pairs if pair.key not in attributes]
-            if len(kept) != len(pairs):
-                del pairs[:]
-                pairs.extend(kept)
-        _extend(pairs, attributes)
-    for event in events:
-        added = span.events.add()
-        added.name = event.name
-        added.time_unix_nano = event.timestamp
-        _extend(added.attributes, event.attributes or {})
-
-
 def annotated(received: Received, attributes: Mapping[str, object], events: Sequence[Event] = ()) -> bytes:
     """``received``'s framed span bytes with these attributes (replacing any of the same key) and events added.
 
-    When none of the span's own pairs can have one of the new keys (every pair was
-    decoded, and no decoded key is among them), the additions are encoded alone and
-    appended to the span's bytes, which the wire format reads as appending to its
-    repeated attributes and events: the span's own bytes stay as they came. Otherwise
-    the span is decoded, merged by :func:`annotate`, and encoded again.
+    The additions are encoded alone and appended to the span's bytes, which the wire
+    format reads as appending to its repeated attributes and events. When none of the
+    span's own pairs can have one of the new keys (every pair was decoded, and no decoded
+    key is among them), the span's own bytes stay as they came; otherwise the span is
+    decoded, its pairs of those keys dropped (as the SDK's merge replaces them), and
+    encoded again first.
     """
     encoded = received.encoded
     _, start = varint(encoded, 0)
     _, start = varint(encoded, start)
+    own = encoded[start:]
     present = received.attributes
-    if received.pairs == len(present) and attributes.keys().isdisjoint(present):
-        added = encode_attributes(attributes)
-        if events:
-            with_events = Span()
-            annotate(with_events, {}, events)
-            added += with_events.SerializeToString()
-        return frame(SPAN_TAG, encoded[start:] + added)
-    span = Span.FromString(encoded[start:])
-    annotate(span, attributes, events)
-    return frame(SPAN_TAG, span.SerializeToString())
+    if received.pairs != len(present) or not attributes.keys().isdisjoint(present):
+        span = Span.FromString(own)
+        pairs = span.attributes
+        kept = [pair for pair in pairs if pair.key not in attributes]
+        if len(kept) != len(pairs):
+            del pairs[:]
+            pairs.extend(kept)
+            own = span.SerializeToString()
+    added = encode_attributes(attributes)
+    if events:
+        added += encode_events((event.name, event.timestamp, event.attributes or _NOTHING) for event in events)
+    return frame(SPAN_TAG, own + added)
 
 
 def encode_batch(spans: Iterable[tuple[Origin, bytes]]) -> bytes:

@@ -19,6 +19,7 @@ __all__ = [
     "ScopeGroup",
     "WireError",
     "encode_attributes",
+    "encode_events",
     "frame",
     "read_request",
     "varint",
@@ -44,7 +45,12 @@ _INT = bytes((3 << 3 | _VARINT,))  # AnyValue.int_value
 _DOUBLE = bytes((4 << 3 | _I64,))  # AnyValue.double_value
 _ARRAY = 5 << 3 | _LEN  # AnyValue.array_value
 _ITEM = 1 << 3 | _LEN  # ArrayValue.values
+_EVENT = 11 << 3 | _LEN  # Span.events
+_EVENT_TIME = bytes((1 << 3 | _I64,))  # Span.Event.time_unix_nano
+_EVENT_NAME = 2 << 3 | _LEN  # Span.Event.name
+_EVENT_ATTRIBUTE = 3 << 3 | _LEN  # Span.Event.attributes
 _pack_double = struct.Struct("<d").pack
+_pack_fixed64 = struct.Struct("<Q").pack
 _INT64 = range(-(2**63), 2**63)
 _DOUBLE_VALUE = bytes((_VALUE, 9)) + _DOUBLE  # KeyValue.value holding AnyValue.double_value
 # The encoded key fields of the attribute keys written (the contract's, and the budget file's stages: few).
@@ -240,9 +246,30 @@ def encode_attributes(attributes: Mapping[str, object]) -> bytes:
     return b"".join(out)
 
 
+def encode_events(events: Iterable[tuple[str, int, Mapping[str, object]]]) -> bytes:
+    """Events (name, time in ns, attributes) as ``Span.events`` fields: appended to a span, they extend its events.
+
+    Encoded as the protobuf library encodes the same ``Span.Event`` messages (fields in
+    number order, proto3 defaults left out).
+    """
+    out: list[bytes] = []
+    for name, time_ns, attributes in events:
+        body = _EVENT_TIME + _pack_fixed64(time_ns & 0xFFFF_FFFF_FFFF_FFFF) if time_ns else b""
+        if name:
+            body += frame(_EVENT_NAME, name.encode())
+        for key, value in attributes.items():
+            body += frame(_EVENT_ATTRIBUTE, _key_field(key) + frame(_VALUE, _any_value(value)))
+        out.append(frame(_EVENT, body))
+    return b"".join(out)
+
+
+def _key_field(key: str) -> bytes:
+    return frame(_KEY, key.encode()) if key else b""  # an empty key is proto3's default: not written
+
+
 def _key_fields(key: str) -> tuple[bytes, bytes]:
     """The key field of a ``KeyValue`` of ``key``, and all of an attribute field of it but a double's 8 bytes."""
-    head = frame(_KEY, key.encode()) if key else b""  # an empty key is proto3's default: not written
+    head = _key_field(key)
     float_field = frame(_ATTRIBUTE, head + _DOUBLE_VALUE + bytes(8))[:-8]
     return head, float_field
 
