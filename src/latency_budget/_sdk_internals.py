@@ -13,7 +13,7 @@ only where it is exactly what ``set_attributes`` would do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ __all__ = [
     "context_of",
     "events_of",
     "parent_of",
+    "preferred_temporality",
     "set_label",
     "view_of",
     "view_of_any",
@@ -302,3 +303,18 @@ set_label = _fast_label if FAST_PATH else _public_label
 set_label.__doc__ = "Set attributes valid by construction (str, float) on a live span, as set_attributes would."
 annotated_copy = _fast_copy if FAST_PATH else _public_copy
 annotated_copy.__doc__ = "A copy of an ended span with ``attributes`` merged over its own and ``events`` appended."
+
+
+def preferred_temporality(exporter: object) -> Callable[[type], Any]:
+    """The aggregation temporality a metric exporter asks for, by SDK instrument class (cumulative by default).
+
+    It is what the SDK's ``PeriodicExportingMetricReader`` reads from its exporter
+    (``_preferred_temporality``, set by ``MetricExporter.__init__`` from, for OTLP,
+    ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``), for serve's metric bank,
+    which exports without a reader.
+    """
+    from opentelemetry.sdk.metrics.export import AggregationTemporality  # noqa: PLC0415
+
+    preferred = getattr(exporter, "_preferred_temporality", None)
+    table: Mapping[type, Any] = preferred if isinstance(preferred, Mapping) else {}
+    return lambda kind: table.get(kind, AggregationTemporality.CUMULATIVE)

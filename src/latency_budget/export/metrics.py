@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
 
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation, get_meter_provider
+from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation, get_meter_provider
 
 from latency_budget import _attributes as attr
 from latency_budget._core.report import TOTAL, TraceReport
 from latency_budget._version import __version__
+from latency_budget.export._bank import BankCounter, MetricBank
+
+if TYPE_CHECKING:
+    from opentelemetry.util.types import AttributeValue
 
 __all__ = ["BudgetMetrics"]
 
@@ -18,6 +24,12 @@ _BUCKETS_MS = (5, 10, 25, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500, 2000
 
 # (stage, kind, profile, within_budget): one series of latency_budget.requests.
 _RequestKey = tuple[str, str, str, bool]
+_VIOLATIONS = "latency_budget.violations"
+_VIOLATIONS_HELP = "Budget violations by stage, kind and severity."
+_REQUESTS = "latency_budget.requests"
+_REQUESTS_HELP = (
+    "Requests judged against each budget (per stage that ran, total, first token), and whether they stayed within it."
+)
 
 
 class BudgetMetrics:
@@ -40,48 +52,40 @@ class BudgetMetrics:
     never from span data.
     """
 
-    def __init__(self, meter_provider: MeterProvider | None = None) -> None:
-        meter = (meter_provider or get_meter_provider()).get_meter("latency_budget", __version__)
-        self._stage = meter.create_histogram(
-            "latency_budget.stage.duration",
-            unit="ms",
-            description="Wall-clock time of each stage per request (union of its spans).",
-            explicit_bucket_boundaries_advisory=_BUCKETS_MS,
+    def __init__(self, meter_provider: MeterProvider | None = None, *, bank: MetricBank | None = None) -> None:
+        # With a bank (serve, which exports it itself), every instrument is the bank's: a record
+        # there costs a tenth of an SDK one (see _bank). Otherwise the meter provider's.
+        histogram: Callable[[str, str], _Histogram]
+        if bank is not None:
+            histogram = functools.partial(_bank_histogram, bank)
+            self._violations: _Counter = bank.counter(_VIOLATIONS, "{violation}", _VIOLATIONS_HELP)
+            requests = bank.counter(_REQUESTS, "{request}", _REQUESTS_HELP, synchronous=False)
+            self._add_requests: Callable[[list[_RequestKey]], None] = functools.partial(_add_each, requests)
+        else:
+            meter = (meter_provider or get_meter_provider()).get_meter("latency_budget", __version__)
+            histogram = functools.partial(_sdk_histogram, meter)
+            self._violations = meter.create_counter(_VIOLATIONS, unit="{violation}", description=_VIOLATIONS_HELP)
+            # Several counts per request: a synchronous counter's add() costs about as much as a
+            # histogram record, so they are kept here (a dict update under one lock per request)
+            # and reported, cumulative, when the reader collects.
+            self._requests_lock = threading.Lock()
+            self._requests: dict[_RequestKey, int] = {}
+            self._add_requests = self._count_requests
+            meter.create_observable_counter(
+                _REQUESTS, callbacks=[self._observe_requests], unit="{request}", description=_REQUESTS_HELP
+            )
+        self._stage = histogram(
+            "latency_budget.stage.duration", "Wall-clock time of each stage per request (union of its spans)."
         )
-        self._critical = meter.create_histogram(
-            "latency_budget.stage.critical_duration",
-            unit="ms",
-            description="Time each stage spent on the request's critical path.",
-            explicit_bucket_boundaries_advisory=_BUCKETS_MS,
+        self._critical = histogram(
+            "latency_budget.stage.critical_duration", "Time each stage spent on the request's critical path."
         )
-        self._violations = meter.create_counter(
-            "latency_budget.violations",
-            unit="{violation}",
-            description="Budget violations by stage, kind and severity.",
-        )
-        self._hint = meter.create_histogram(
+        self._hint = histogram(
             "latency_budget.hint.potential_savings",
-            unit="ms",
-            description="Estimated time each latency lever (hint) would save in a request.",
-            explicit_bucket_boundaries_advisory=_BUCKETS_MS,
+            "Estimated time each latency lever (hint) would save in a request.",
         )
-        self._trace = meter.create_histogram(
-            "latency_budget.trace.duration",
-            unit="ms",
-            description="End-to-end time of each request (its local root span).",
-            explicit_bucket_boundaries_advisory=_BUCKETS_MS,
-        )
-        # Several counts per request: a synchronous counter's add() costs about as much as a
-        # histogram record, so they are kept here (a dict update under one lock per request)
-        # and reported, cumulative, when the reader collects.
-        self._requests_lock = threading.Lock()
-        self._requests: dict[_RequestKey, int] = {}
-        meter.create_observable_counter(
-            "latency_budget.requests",
-            callbacks=[self._observe_requests],
-            unit="{request}",
-            description="Requests judged against each budget (per stage that ran, total, first token), "
-            "and whether they stayed within it.",
+        self._trace = histogram(
+            "latency_budget.trace.duration", "End-to-end time of each request (its local root span)."
         )
 
     def __call__(self, report: TraceReport) -> None:
@@ -119,10 +123,13 @@ class BudgetMetrics:
         if report.first_token_budget_ms is not None and report.first_token_ms is not None:
             judged.append((TOTAL, "first_token", profile, first_token_within))
         if judged:
-            counts = self._requests
-            with self._requests_lock:
-                for key in judged:
-                    counts[key] = counts.get(key, 0) + 1
+            self._add_requests(judged)
+
+    def _count_requests(self, judged: list[_RequestKey]) -> None:
+        counts = self._requests
+        with self._requests_lock:
+            for key in judged:
+                counts[key] = counts.get(key, 0) + 1
 
     def _observe_requests(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._requests_lock:
@@ -134,3 +141,26 @@ class BudgetMetrics:
             )
             for (stage, kind, profile, within), count in counts
         ]
+
+
+class _Histogram(Protocol):
+    def record(self, amount: float, attributes: dict[str, AttributeValue]) -> None: ...
+
+
+class _Counter(Protocol):
+    def add(self, amount: int, attributes: dict[str, AttributeValue]) -> None: ...
+
+
+def _sdk_histogram(meter: Meter, name: str, description: str) -> _Histogram:
+    return meter.create_histogram(
+        name, unit="ms", description=description, explicit_bucket_boundaries_advisory=_BUCKETS_MS
+    )
+
+
+def _bank_histogram(bank: MetricBank, name: str, description: str) -> _Histogram:
+    return bank.histogram(name, "ms", description, _BUCKETS_MS)
+
+
+def _add_each(counter: BankCounter, judged: list[_RequestKey]) -> None:
+    for stage, kind, profile, within in judged:
+        counter.add(1, {attr.STAGE: stage, attr.KIND: kind, attr.PROFILE: profile, attr.WITHIN_BUDGET: within})
