@@ -393,7 +393,9 @@ def measure(
             raise outcome["error"]
         if now > deadline:
             raise TimeoutError(f"{count} of {total} spans forwarded after {timeout:.0f}s")
-        time.sleep(0.02)
+        # Each poll is an HTTP request the measured process answers (about 0.5 ms of serve's
+        # CPU, a thread per connection): coarse until the last tenth, fine for the end time.
+        time.sleep(0.02 if count >= total * 0.9 else 0.2)
     wall = time.monotonic() - start
     used = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu, strict=True)]
     thread.join(timeout)
