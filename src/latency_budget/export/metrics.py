@@ -50,6 +50,11 @@ class BudgetMetrics:
 
     Stage and profile values come from the budget file, and hint kinds from a fixed set,
     never from span data.
+
+    The instruments are the meter provider's (the global one by default). With ``bank``
+    they are a :class:`~latency_budget.export._bank.MetricBank`'s instead, which whoever
+    made it collects and exports (``latency-budget serve`` does, for a tenth of the cost
+    a record); ``meter_provider`` is then not used.
     """
 
     def __init__(self, meter_provider: MeterProvider | None = None, *, bank: MetricBank | None = None) -> None:
