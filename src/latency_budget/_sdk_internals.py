@@ -9,6 +9,10 @@ fields. At import, a probe checks on real SDK spans that the internals give exac
 the public API gives; if not (another SDK version), every function here uses the public
 API instead. One write happens, the stage label of a live span (see set_label), and
 only where it is exactly what ``set_attributes`` would do.
+
+One read more, off the hot path: the temporality a metric exporter prefers
+(:func:`preferred_temporality`), as the SDK's own periodic reader reads it, for serve's
+metric bank; cumulative when it is not there.
 """
 
 from __future__ import annotations

@@ -95,7 +95,11 @@ class BankHistogram:
         self._points: dict[_Key, _Point] = {}
 
     def record(self, value: float, attributes: Mapping[str, AttributeValue]) -> None:
-        """Add one value, in the bucket the SDK puts it in (upper bounds inclusive); negatives and NaN are dropped."""
+        """Add one value, in the bucket the SDK puts it in (upper bounds inclusive); negatives and NaN are dropped.
+
+        A series is told apart by its attributes' items in order (the SDK's by their set):
+        each of BudgetMetrics' calls writes its keys in one order.
+        """
         if not value >= 0:  # the SDK drops a negative histogram value (and NaN compares false)
             return
         key = tuple(attributes.items())
