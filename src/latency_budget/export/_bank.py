@@ -85,6 +85,7 @@ class BankHistogram:
     """An explicit-bucket histogram (count, sum, min, max, buckets per attribute set); thread-safe."""
 
     __slots__ = ("_bounds", "_lock", "_points", "description", "name", "unit")
+    kind: type = HistogramInstrument  # the SDK instrument it stands for: its temporality applies
 
     def __init__(self, name: str, unit: str, description: str, bounds: Sequence[float]) -> None:
         self.name = name
@@ -156,13 +157,13 @@ class BankHistogram:
 class BankCounter:
     """A monotonic sum per attribute set; thread-safe."""
 
-    __slots__ = ("_lock", "_values", "description", "name", "synchronous", "unit")
+    __slots__ = ("_lock", "_values", "description", "kind", "name", "unit")
 
     def __init__(self, name: str, unit: str, description: str, *, synchronous: bool) -> None:
         self.name = name
         self.unit = unit
         self.description = description
-        self.synchronous = synchronous  # which instrument the SDK would have used: its temporality applies
+        self.kind: type = Counter if synchronous else ObservableCounter  # the SDK instrument it stands for
         self._lock = threading.Lock()
         self._values: dict[_Key, int] = {}
 
@@ -220,14 +221,7 @@ class MetricBank:
             delta_start, self._delta_start_ns = self._delta_start_ns, now
             metrics = []
             for instrument in self._instruments:
-                kind: type = (
-                    HistogramInstrument
-                    if isinstance(instrument, BankHistogram)
-                    else Counter
-                    if instrument.synchronous
-                    else ObservableCounter
-                )
-                temporality = self._temporality(kind)
+                temporality = self._temporality(instrument.kind)
                 start = delta_start if temporality is AggregationTemporality.DELTA else self._start_ns
                 metric = instrument.take(start, now, temporality)
                 if metric is not None:
