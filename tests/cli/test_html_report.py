@@ -6,6 +6,7 @@ it these tests are skipped, except under ``CI=true``, where a missing browser fa
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -118,10 +119,13 @@ def test_page_renders_every_stage_and_the_slowest_request_without_console_errors
     assert result.returncode == 0, result.stderr[-2000:]
     assert _console_messages(result.stderr) == []
     dom = _parse(result.stdout)
-    # Two profiles in the fixture, each with five stages and the end-to-end total.
+    # Two profiles in the fixture, each with five stages and the end-to-end total; a histogram per
+    # timed row of the text report (duration, first token), each with its budget line.
+    rows = json.loads(run_cli("report", OTLP, "--budgets", BUDGETS, "--format", "json").stdout)["rows"]
+    timed = [r for r in rows if r["metric"] in ("duration", "first_token") and r["count"]]
     assert dom.counts["section.stage-card"] == 12
-    assert dom.counts["svg.histogram"] == 12
-    assert dom.counts["line.budget"] == 12
+    assert dom.counts["svg.histogram"] == len(timed) > 12
+    assert dom.counts["line.budget"] == sum(1 for r in timed if r["budget"] is not None)
     assert dom.counts["rect.over"] > 0
     assert dom.counts["rect.ok"] > 0
     slowest = max(expected_reports(), key=lambda r: r["total_actual_ms"])
@@ -206,3 +210,56 @@ def test_screenshot_renders(browser: str, page: Path, tmp_path: Path) -> None:
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 50_000
+
+
+def _metric_blocks(html: str, stage: str) -> dict[str, int]:
+    """The ``over`` figure of each budget block (duration, first token, calls) in ``stage``'s first card."""
+    card = re.search(rf'<section class="stage-card[^"]*" data-stage="{stage}">(.*?)</section>', html, re.S)
+    assert card is not None, f"no card for {stage}"
+    return {m: int(n) for m, n in re.findall(r'data-metric="(\w+)" data-over="(\d+)"', card.group(1))}
+
+
+def test_first_token_has_its_own_histogram_and_count_on_every_card_that_has_one(tmp_path: Path) -> None:
+    """Each stage and the end to end show first token against its budget, counted as the text report counts it."""
+    budgets = tmp_path / "budgets.yaml"
+    # Only the request-level first token can break: everything else is out of reach.
+    budgets.write_text(
+        BUDGETS.read_text(encoding="utf-8").replace("first_token_ms: 3500", "first_token_ms: 1500"), encoding="utf-8"
+    )
+    page = tmp_path / "report.html"
+    assert run_cli("report", OTLP, "--budgets", budgets, "--html", page).returncode == 0
+    data = run_cli("report", OTLP, "--budgets", budgets, "--format", "json")
+    rows = json.loads(data.stdout)["rows"]
+    html = page.read_text(encoding="utf-8")
+    profile = rows[0]["profile"]
+    first_token = next(
+        r for r in rows if r["profile"] == profile and r["stage"] == "total" and r["metric"] == "first_token"
+    )
+    assert first_token["over_budget"] > 0, "the planted budget must break"
+    blocks = _metric_blocks(html, "total")
+    assert blocks["first_token"] == first_token["over_budget"]
+    card = re.search(
+        r'<section class="stage-card( over)?" data-stage="total">.*?<small class="rate">([^<]*)</small>', html, re.S
+    )
+    assert card is not None
+    assert card.group(1) == " over"
+    broke = int(re.match(r"over budget in (\d+) of", card.group(2)).group(1))  # type: ignore[union-attr]
+    assert broke >= first_token["over_budget"]
+
+
+def test_the_waterfall_names_a_first_token_breach(tmp_path: Path) -> None:
+    """A request over only its first-token budget is shown as a first-token breach, not as 'total' or 'nothing'."""
+    budgets = tmp_path / "budgets.yaml"
+    text = BUDGETS.read_text(encoding="utf-8").replace("first_token_ms: 3500", "first_token_ms: 1")
+    text = re.sub(r"(?m)^total_ms: \d+", "total_ms: 600000", text)
+    text = re.sub(r"(?m)^(\s+budget_ms:) \d+", r"\1 600000", text)
+    budgets.write_text(text, encoding="utf-8")
+    page = tmp_path / "report.html"
+    assert run_cli("report", OTLP, "--budgets", budgets, "--html", page).returncode == 0
+    html = page.read_text(encoding="utf-8")
+    waterfall = html[html.index('id="waterfall"') :]
+    header = re.search(r'<p class="sub">(.*?)</p>', waterfall, re.S)
+    assert header is not None
+    assert "OVER BUDGET: first token +" in header.group(1)
+    assert re.search(r'<tr class="over" data-kind="first_token"><td>first token</td>', waterfall)
+    assert re.search(r'<tr class="" data-kind="total"><td>total</td>', waterfall)

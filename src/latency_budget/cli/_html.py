@@ -1,10 +1,11 @@
 """``report --html``: one self-contained page, no scripts and no network assets.
 
-Per stage, a histogram of its time in each request, with the budget drawn across it and
-the bins beyond the budget in red; where to win, each stage's models and the context-size
-scatter plots (:mod:`._charts`); then a waterfall of the slowest request, whose spans of
-over-budget stages are highlighted. A Content-Security-Policy that forbids every
-external load keeps the page honest about being self-contained.
+Per stage, a histogram of its time in each request and one of its time to first token,
+each with its budget drawn across it and the bins beyond the budget in red; where to win,
+each stage's models and the context-size scatter plots (:mod:`._charts`); then a
+waterfall of the slowest request, whose spans of over-budget stages are highlighted, and
+its verdict naming every broken budget as the root span's does. A Content-Security-Policy
+that forbids every external load keeps the page honest about being self-contained.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from latency_budget._core.report import TOTAL, TraceReport, format_ms
+from latency_budget._core.annotate import verdict_text
+from latency_budget._core.report import TOTAL, TraceReport, ViolationKind, format_ms
 from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
 from latency_budget.cli._stats import StageSummary
@@ -21,7 +23,7 @@ from latency_budget.cli._stats import StageSummary
 from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, svg_ticks, where_section
 from ._levers import LeverAnalysis
 from ._recorded import Recorded
-from ._summary import QUANTILES, format_rate
+from ._summary import QUANTILES, SummaryRow, format_rate, stage_rows
 
 __all__ = ["render_html"]
 
@@ -45,12 +47,16 @@ h2 { font-size: 17px; margin: 32px 0 12px; }
 .figure b { display: block; font-size: 20px; }
 .figure span { color: var(--muted); font-size: 12px; }
 .figure.bad b { color: var(--over); }
-.stages { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 14px; }
+.stages { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 14px; align-items: start; }
 .stage-card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px 14px; }
 .stage-card h3 { margin: 0; font-size: 15px; display: flex; justify-content: space-between; gap: 8px; }
 .stage-card h3 small { color: var(--muted); font-weight: normal; }
 .stage-card.over h3 .rate { color: var(--over); }
 .stats { color: var(--muted); font-size: 12px; margin: 2px 0 6px; }
+.metric { margin-top: 8px; }
+.metric + .metric { border-top: 1px dashed var(--line); padding-top: 6px; }
+.metric-head { font-size: 12px; font-weight: 600; }
+.metric.over .metric-head { color: var(--over); }
 .badge { display: inline-block; border-radius: 999px; padding: 0 8px; font-size: 11px; font-weight: 600; }
 .badge.pass { background: var(--ok-soft); color: var(--ok); }
 .badge.fail { background: var(--over-soft); color: var(--over); }
@@ -137,8 +143,9 @@ def render_html(recorded: Recorded, levers: LeverAnalysis) -> str:
 </header>
 <main>
 <h2>Each stage against its budget</h2>
-<p class="sub">Time per request, one histogram per stage: bars past the dashed budget line are requests over
-budget; the blue ticks mark p50, p95 and p99.</p>
+<p class="sub">Time per request, one histogram per timed budget of each stage (its duration and, where it has one,
+its time to first token; the end to end's first token is the user's wait for text): bars past the dashed budget
+line are requests over budget; the blue ticks mark p50, p95 and p99.</p>
 <div class="stages" id="stages">{"".join(cards)}</div>
 <h2>Where to win</h2>
 <p class="sub">Each latency lever the spans show, ranked by the time it would save over all requests, estimated
@@ -163,36 +170,53 @@ whose 95% interval is above zero, R² of at least 0.05).</p>
 
 
 def _stage_card(stage: StageSummary, *, show_profile: bool) -> str:
+    """A stage's (or the end-to-end) card: one histogram per timed budget, duration and first token.
+
+    The card's rate counts the requests that broke any of the stage's budgets (for the end to
+    end: its duration or its first token), each block's line only its own budget.
+    """
     title = "end to end" if stage.stage == TOTAL else stage.stage
     profile = f" <small>profile {_e(stage.profile)}</small>" if show_profile else ""
-    p95 = stage.p(95)
-    if stage.budget_ms is None:
-        badge = '<span class="badge">no budget</span>'
-    elif p95 is not None and p95 > stage.budget_ms:
-        badge = f'<span class="badge {"warn" if stage.severity == "warn" else "fail"}">p95 over budget</span>'
-    else:
-        badge = '<span class="badge pass">p95 within budget</span>'
-    over = _over_count(stage)
-    stats = " · ".join(
-        [
-            f"budget {format_ms(stage.budget_ms)}" if stage.budget_ms is not None else "no budget",
-            *(f"p{q:g} {format_ms(stage.p(q))}" for q in QUANTILES),
-            f"n {stage.count}",
-        ]
-    )
-    # For a stage: requests in which it broke any of its budgets; for the total: its duration budget.
-    rate = f"over budget in {over} of {stage.count} ({100 * over / stage.count:.1f}%)" if stage.budget_ms else ""
+    over = stage.violations
+    rate = f"over budget in {over} of {stage.count} ({100 * over / stage.count:.1f}%)" if _has_budget(stage) else ""
+    blocks = [_metric_block(row) for row in stage_rows(stage)]
     return f"""<section class="stage-card{" over" if over else ""}" data-stage="{_e(stage.stage)}">
-<h3><span>{_e(title)}{profile} {badge}</span><small class="rate">{_e(rate)}</small></h3>
-<div class="stats">{_e(stats)}</div>
-{_histogram(stage.actual_ms, stage.budget_ms, [(q, stage.p(q)) for q in QUANTILES])}
+<h3><span>{_e(title)}{profile}</span><small class="rate">{_e(rate)}</small></h3>
+{"".join(blocks)}
 </section>"""
 
 
-def _over_count(stage: StageSummary) -> int:
-    if stage.stage == TOTAL:  # the total's own duration budget, not its first-token one
-        return sum(1 for v in stage.actual_ms if stage.budget_ms is not None and v > stage.budget_ms)
-    return stage.violations
+def _has_budget(stage: StageSummary) -> bool:
+    return stage.budget_ms is not None or stage.first_token_budget_ms is not None or stage.max_calls is not None
+
+
+_METRIC_TITLES = {"duration": "duration", "first_token": "first token", "calls": "calls"}
+
+
+def _metric_block(row: SummaryRow) -> str:
+    """One budget of a stage: its badge, its percentiles and, for a time, its histogram with the budget line."""
+    own_over = row.over_own_budget
+    p95 = row.p(95)
+    if row.budget is None:
+        badge = '<span class="badge">no budget</span>'
+    elif p95 is not None and p95 > row.budget:
+        badge = f'<span class="badge {"warn" if row.severity == "warn" else "fail"}">p95 over budget</span>'
+    else:
+        badge = '<span class="badge pass">p95 within budget</span>'
+    stats = " · ".join(
+        [
+            f"budget {row.show(row.budget)}" if row.budget is not None else "no budget",
+            *(f"p{q:g} {row.show(row.p(q))}" for q in QUANTILES),
+            f"n {row.count}",
+            *([f"over in {own_over} of {row.count}"] if row.budget is not None else []),
+        ]
+    )
+    chart = "" if row.metric == "calls" else _histogram(row.values, row.budget, [(q, row.p(q)) for q in QUANTILES])
+    over_css = " over" if own_over else ""
+    return f"""<div class="metric{over_css}" data-metric="{_e(row.metric)}" data-over="{own_over}">
+<div class="metric-head">{_e(_METRIC_TITLES[row.metric])} {badge}</div>
+<div class="stats">{_e(stats)}</div>
+{chart}</div>"""
 
 
 def _histogram(values: Sequence[float], budget: float | None, marks: list[tuple[float, float | None]]) -> str:
@@ -321,28 +345,11 @@ def _waterfall(recorded: Recorded, report: TraceReport) -> str:
             f'<div class="wf-dur">{_e(duration)}</div></div>'
         )
     trace = f"{report.trace_id:032x}" if report.trace_id is not None else "?"
-    verdict_rows = []
-    for stage_report in report.stages:
-        if not stage_report.seen:
-            continue
-        is_over = stage_report.stage in over
-        verdict = "over budget" if is_over else "warn" if stage_report.stage in warn else "within"
-        verdict_rows.append(
-            f'<tr class="{"over" if is_over else ""}"><td>{_e(stage_report.stage)}</td>'
-            f'<td class="num">{_e(format_ms(stage_report.budget_ms))}</td>'
-            f'<td class="num">{_e(format_ms(stage_report.actual_ms))}</td><td>{_e(verdict)}</td></tr>'
-        )
-    total_over = any(v.stage == TOTAL and v.severity == "error" for v in report.violations)
-    verdict_rows.append(
-        f'<tr class="{"over" if total_over else ""}"><td>total</td>'
-        f'<td class="num">{_e(format_ms(report.total_budget_ms))}</td>'
-        f'<td class="num">{_e(format_ms(report.total_actual_ms))}</td>'
-        f"<td>{'over budget' if total_over else 'within'}</td></tr>"
-    )
-    over_text = ", ".join(report.over_budget_stages) or ("total" if total_over else "nothing")
+    verdict_rows = [_verdict_row(report, *budget) for budget in _request_budgets(report)]
+    over_text = verdict_text(report)
     return f"""<div class="waterfall" id="waterfall" data-trace-id="{_e(trace)}">
 <p class="sub">{_e(report.root_name or "request")} · trace {_e(trace)} · {_e(format_ms(report.total_actual_ms))}
-· profile {_e(report.profile)} · over budget: {_e(over_text)}</p>
+· profile {_e(report.profile)} · {_e(over_text)}</p>
 {"".join(lines)}
 <div class="legend"><span><i style="background:var(--over)"></i>stage over budget</span>
 <span><i style="background:var(--ok)"></i>stage within budget</span>
@@ -351,3 +358,42 @@ def _waterfall(recorded: Recorded, report: TraceReport) -> str:
 </div>
 <table class="verdict"><thead><tr><th>Stage</th><th>Budget</th><th>Actual</th><th>Within budget?</th></tr></thead>
 <tbody>{"".join(verdict_rows)}</tbody></table>"""
+
+
+def _request_budgets(report: TraceReport) -> list[tuple[str, ViolationKind, float | None, float | None]]:
+    """Each budget the request was measured against: (stage, kind, budget, actual), stages then the total."""
+    rows: list[tuple[str, ViolationKind, float | None, float | None]] = []
+    for stage in report.stages:
+        if not stage.seen:
+            continue
+        rows.append((stage.stage, "duration", stage.budget_ms, stage.actual_ms))
+        if stage.first_token_budget_ms is not None or stage.first_token_ms is not None:
+            rows.append((stage.stage, "first_token", stage.first_token_budget_ms, stage.first_token_ms))
+        if stage.max_calls is not None:
+            rows.append((stage.stage, "calls", float(stage.max_calls), float(stage.count)))
+    rows.append((TOTAL, "total", report.total_budget_ms, report.total_actual_ms))
+    if report.first_token_budget_ms is not None or report.first_token_ms is not None:
+        rows.append((TOTAL, "first_token", report.first_token_budget_ms, report.first_token_ms))
+    return rows
+
+
+def _verdict_row(
+    report: TraceReport, stage: str, kind: ViolationKind, budget: float | None, actual: float | None
+) -> str:
+    """One budget of the request in the verdict table, named as the text table names it."""
+    broke = [v for v in report.violations if v.stage == stage and v.kind == kind]
+    verdict = "within" if not broke else "over budget" if broke[0].severity == "error" else "warn"
+    if kind == "calls":
+        label, shown = (
+            f"{stage} calls",
+            (f"{budget:g}" if budget is not None else "-", f"{actual:g}" if actual is not None else "-"),
+        )
+    else:
+        what = "first token" if kind == "first_token" else ""
+        label = (what or stage) if stage == TOTAL else f"{stage} {what}".strip()
+        shown = (format_ms(budget), format_ms(actual) if actual is not None else "-")
+    css = "over" if verdict == "over budget" else ""
+    return (
+        f'<tr class="{css}" data-kind="{_e(kind)}"><td>{_e(label)}</td><td class="num">{_e(shown[0])}</td>'
+        f'<td class="num">{_e(shown[1])}</td><td>{_e(verdict)}</td></tr>'
+    )

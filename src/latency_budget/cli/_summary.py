@@ -63,6 +63,11 @@ class SummaryRow:
         return len(self.values)
 
     @property
+    def over_own_budget(self) -> int:
+        """Requests over this row's own budget (a duration row's ``over`` counts any of the stage's budgets)."""
+        return _over(self.values, self.budget)
+
+    @property
     def rate(self) -> float:
         """``over`` as a share of ``count`` (0 when nothing was measured)."""
         return self.over / self.count if self.values else 0.0
