@@ -277,7 +277,9 @@ class Server:
         counters.add("wal_spans_replayed", spans_replayed)
         counters.add("wal_traces_replayed", len(traces))
         counters.add("wal_spans_deduplicated", deduplicated)
-        counters.add("wal_records_corrupt", wal.corrupt)
+        counters.add("wal_records_corrupt", wal.corrupt_records)
+        counters.add("wal_spans_corrupt", wal.corrupt_spans)
+        counters.add("wal_records_torn", wal.torn_records)
         counters.add("wal_spans_lost", lost)
         self.log.event(
             "wal_replayed",
@@ -288,6 +290,8 @@ class Server:
             traces=len(traces),
             spans_deduplicated=deduplicated,
             records_corrupt=counters.snapshot()["wal_records_corrupt"],
+            spans_corrupt=wal.corrupt_spans,
+            records_torn=wal.torn_records,
             spans_lost=lost,
             fsync=wal.options.fsync,
         )

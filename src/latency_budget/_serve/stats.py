@@ -32,6 +32,8 @@ Counter = Literal[
     "wal_traces_replayed",
     "wal_spans_deduplicated",
     "wal_records_corrupt",
+    "wal_spans_corrupt",
+    "wal_records_torn",
     "wal_spans_lost",
     "wal_requests_refused",
     "wal_write_errors",
@@ -52,8 +54,9 @@ Counter = Literal[
 - the write-ahead log (``--wal-dir``), after a restart: ``wal_requests_replayed``,
   ``wal_spans_replayed`` and ``wal_traces_replayed`` (read back and put in the buffer again,
   judged when due), ``wal_spans_deduplicated`` (read back but already forwarded before the
-  crash: not sent again), ``wal_records_corrupt`` (a torn or corrupt segment tail, ignored:
-  never acknowledged when it is a crash's last write), ``wal_spans_lost`` (read back but not
+  crash: not sent again), ``wal_records_corrupt`` and ``wal_spans_corrupt`` (damaged records skipped, and the
+  spans they held where their header survived: acknowledged, lost), ``wal_records_torn`` (a
+  segment's last record cut short: a crash's last write, never acknowledged), ``wal_spans_lost`` (read back but not
   taken again: a span the crash lost for good); while running: ``wal_requests_refused`` (the
   log full or failing: the sender is told to retry, also in ``requests_refused``),
   ``wal_write_errors`` (a write or fsync failed: ENOSPC, EIO) and ``wal_segments_deleted``.
