@@ -27,6 +27,8 @@ Counter = Literal[
     "spans_forwarded",
     "spans_dropped",
     "reports_failed",
+    "http_clients_gone",
+    "http_connections_evicted",
     "wal_requests_replayed",
     "wal_spans_replayed",
     "wal_traces_replayed",
@@ -51,6 +53,9 @@ Counter = Literal[
   ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
 - ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop stayed down
   past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised);
+- the HTTP receivers: ``http_clients_gone`` (a client reset or closed its connection
+  mid-request, or stopped reading the answer), ``http_connections_evicted`` (the connection
+  that waited longest for its request, closed at the connection limit to make room);
 - the write-ahead log (``--wal-dir``), after a restart: ``wal_requests_replayed``,
   ``wal_spans_replayed`` and ``wal_traces_replayed`` (read back and put in the buffer again,
   judged when due), ``wal_spans_deduplicated`` (read back but already forwarded before the
