@@ -9,12 +9,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -27,6 +32,7 @@ from tests.ci import skip_or_fail_in_ci
 from tests.e2e.services import poll
 
 from .harness import NextHop, record, running
+from .test_command import BUDGET_FILE
 from .test_judging import BUDGETS, agent_trace
 
 SPANS = 4  # agent_trace: a root, a retrieval and two model calls
@@ -232,3 +238,132 @@ def test_files_that_are_not_the_logs_own_are_ignored_with_one_line(hop: NextHop,
     assert _forwarded(hop) == Counter(acknowledged)
     for name, content in foreign.items():
         assert (directory / name).read_bytes() == content  # left as they were
+
+
+class _GatedHop(trace_service_pb2_grpc.TraceServiceServicer):
+    """A real OTLP/gRPC next hop that takes the first ``taken`` requests and then holds every later one unanswered."""
+
+    def __init__(self, taken: int) -> None:
+        self.taken = taken
+        self.lock = threading.Lock()
+        self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
+        self.release = threading.Event()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def Export(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            keep = len(self.requests) < self.taken
+            if keep:
+                self.requests.append(request)
+        if not keep:
+            self.release.wait(BOUNDED_S)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "held by the test")
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.stop(0).wait()
+
+
+def _serve(budgets: Path, wal_dir: Path, hop_url: str, decision_wait: str) -> tuple[subprocess.Popen[str], str, str]:
+    """A real serve process on ``wal_dir``: the process, its gRPC endpoint and its health URL (once it listens)."""
+    argv = [sys.executable, "-m", "latency_budget", "serve", "--budgets", str(budgets), "--wal-dir", str(wal_dir)]
+    env = {
+        **os.environ,
+        "LATENCY_BUDGET_SERVE_GRPC_ENDPOINT": "127.0.0.1:0",
+        "LATENCY_BUDGET_SERVE_HTTP_ENDPOINT": "none",
+        "LATENCY_BUDGET_SERVE_HEALTH_ENDPOINT": "127.0.0.1:0",
+        "LATENCY_BUDGET_SERVE_REPORTS": "none",
+        "LATENCY_BUDGET_SERVE_DECISION_WAIT": decision_wait,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": hop_url,
+    }
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    while True:  # the replay line (if any) comes before the listening line
+        line = process.stderr.readline()
+        assert line, "serve exited before listening"
+        event = json.loads(line)
+        if event["event"] == "listening":
+            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep its pipe drained
+            return process, str(event["grpc"]), f"http://{event['health']}/health"
+
+
+def _counters_of(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        counters: dict[str, int] = json.loads(response.read())["counters"]
+    return counters
+
+
+def _kill_9(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGKILL)
+    assert process.wait(timeout=BOUNDED_S) == -signal.SIGKILL
+
+
+def _stopped(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_kill_9_while_forwarding_a_replay_sends_again_at_most_the_batches_in_flight(tmp_path: Path) -> None:
+    """Killed while replayed traces go out, a restart resends none the hop took: each span once, none lost."""
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(BUDGET_FILE)
+    wal_dir = tmp_path / "wal"
+    acknowledged: list[tuple[int, int]] = []
+    nowhere = NextHop()  # the first run decides nothing, so forwards nothing
+    process, grpc_endpoint, health = _serve(budgets, wal_dir, nowhere.url, "600")
+    try:
+        stub = trace_service_pb2_grpc.TraceServiceStub(grpc.insecure_channel(grpc_endpoint))
+        for first in range(1, 5_001, 500):  # 5,000 traces, 20,000 spans: several batches
+            request = trace_service_pb2.ExportTraceServiceRequest()
+            for trace_id in range(first, first + 500):
+                request.MergeFrom(_padded(trace_id, 0))
+            stub.Export(request, timeout=10)
+            acknowledged += _ids(request)
+        _kill_9(process)
+    finally:
+        _stopped(process)
+        nowhere.stop()
+    gated = _GatedHop(taken=2)  # takes two requests, then holds the rest unanswered
+    try:
+        process, _, health = _serve(budgets, wal_dir, f"http://127.0.0.1:{gated.port}", "0.05")
+        try:
+            poll(
+                lambda: (
+                    True
+                    if len(gated.requests) == 2
+                    and _counters_of(health)["spans_forwarded"] == sum(len(_ids(r)) for r in gated.requests)
+                    else None
+                ),
+                timeout=BOUNDED_S,
+                what="two batches taken by the hop and counted",
+            )
+            _kill_9(process)  # while the third is in flight
+        finally:
+            _stopped(process)
+    finally:
+        gated.stop()
+    first_run = Counter(pair for request in gated.requests for pair in _ids(request))
+    assert first_run
+    assert max(first_run.values()) == 1
+    hop = NextHop()
+    try:
+        process, _, health = _serve(budgets, wal_dir, hop.url, "0.05")
+        try:
+            poll(
+                lambda: True if len(first_run + _forwarded(hop)) == len(acknowledged) else None,
+                timeout=BOUNDED_S,
+                what="every acknowledged span forwarded",
+            )
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=BOUNDED_S) == 0
+        finally:
+            _stopped(process)
+        again = _forwarded(hop)
+    finally:
+        hop.stop()
+    assert first_run + again == Counter(acknowledged)  # each acknowledged span once across the two runs

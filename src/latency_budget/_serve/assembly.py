@@ -27,7 +27,7 @@ from typing import Literal
 
 from latency_budget._serve.otlp import Received
 
-__all__ = ["Decided", "Limits", "Refused", "TraceBuffer"]
+__all__ = ["Decided", "Limits", "Refused", "TraceBuffer", "settling_groups"]
 
 Outcome = Literal["judge", "no_root", "evicted", "late", "shutdown"]
 
@@ -228,6 +228,27 @@ class TraceBuffer:
         if len(decided) > self.limits.remembered_traces:
             decided.popitem(last=False)
         return trace.spans
+
+
+def settling_groups(decided: list[Decided], max_spans: int) -> list[list[Decided]]:
+    """``decided`` cut into runs of whole traces of at most ``max_spans`` spans (a larger trace alone).
+
+    Each run is forwarded and settled in the write-ahead log on its own, so that a crash
+    sends again at most the runs in flight, not every trace decided at the same moment.
+    """
+    groups: list[list[Decided]] = []
+    current: list[Decided] = []
+    spans = 0
+    for item in decided:
+        count = len(item.spans)
+        if current and spans + count > max_spans:
+            groups.append(current)
+            current, spans = [], 0
+        current.append(item)
+        spans += count
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _retry(limits: Limits) -> float:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
-from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
+from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
 from latency_budget._serve.forwarder import Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
 from latency_budget._serve.http_receiver import (
@@ -244,6 +244,11 @@ class Server:
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
     def _forward(self, decided: list[Decided]) -> None:
+        """Queue the ``decided`` traces a batch's worth at a time, each settled in the log once it has left."""
+        for group in settling_groups(decided, _BATCH_SPANS):
+            self._forward_group(group)
+
+    def _forward_group(self, decided: list[Decided]) -> None:
         """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
         spans = ((received.origin, received.encoded) for item in decided for received in item.spans)
         wal = self._wal
