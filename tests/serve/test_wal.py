@@ -192,6 +192,19 @@ def test_full_refuses_and_counts_and_the_segment_being_written_is_freed_once_set
     assert len(_segments(tmp_path)) == 1
 
 
+def test_a_request_larger_than_the_bound_is_taken_when_the_log_holds_nothing_else(tmp_path: Path) -> None:
+    """A request over --wal-max-bytes waits for the log to empty, then is taken: refused for now, never for good."""
+    wal, _, _ = _wal(tmp_path, max_bytes=1_000)
+    assert wal.append(b"x" * 100, {1}) == 1
+    assert isinstance(wal.append(b"y" * 5_000, {2}), str)  # the log holds trace 1: the sender retries
+    wal.settle([(1, 1)])
+    assert wal.append(b"y" * 5_000, {2}) == 2
+    assert isinstance(wal.append(b"z" * 10, {3}), str)  # past the bound now, until trace 2 is settled
+    wal.settle([(2, 2)])
+    assert wal.append(b"z" * 10, {3}) == 3
+    wal.close()
+
+
 def test_the_segment_size_follows_the_bound(tmp_path: Path) -> None:
     """Segments are a quarter of --wal-max-bytes (at most 16 MiB), so a small log rolls and deletes as a large one."""
     small, _, _ = _wal(tmp_path / "small", max_bytes=1_000_000)

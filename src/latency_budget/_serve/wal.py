@@ -11,8 +11,9 @@ apart as torn.
 
 Segments roll at ``segment_bytes``: by default a quarter of the smaller of ``max_bytes``
 and the free space on the log's file system at start, at most 16 MiB, so the log keeps
-turning over however small it is. All of them together are bounded by ``max_bytes``:
-past that a request is refused (the sender retries it), never dropped.
+turning over however small it is. All of them together are bounded by ``max_bytes``
+(or by one request larger than that, taken when the log holds nothing else): past that a
+request is refused (the sender retries it), never dropped.
 
 When a batch of forwarded spans has been sent (or dropped, and counted), a *settled*
 record names its traces and the last request sequence each covered. A segment is deleted
@@ -336,7 +337,8 @@ class Wal:
         limit = self.options.max_bytes
         if self._total + record_size > limit:
             self._reclaim()
-            if self._total + record_size > limit:
+            # A request larger than the whole bound is taken when the log holds nothing else: never a jam.
+            if self._total + record_size > limit and (self._total or record_size <= limit):
                 self._counters.add("wal_requests_refused")
                 return f"write-ahead log full: {self._total} bytes (--wal-max-bytes {limit})"
         seq = self._next_seq
