@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -24,9 +25,11 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.otlp import attributes_of
+from latency_budget.cli._main import main
 from tests.e2e.services import poll
 
 from .harness import WAIT_S, NextHop, Running, at, record, running, send_grpc
+from .test_command import BUDGET_FILE, _drain, _listening, _start
 from .test_judging import BUDGETS, agent_trace
 
 SPANS = 4  # agent_trace: a root, a retrieval and two model calls
@@ -279,3 +282,49 @@ def test_a_flood_of_rootless_traces_does_not_refuse_every_sender(hop: NextHop) -
         # A request may be refused for a moment, until the oldest rootless traces are quiet; never for good.
         assert counters["traces_forwarded_unjudged"] >= 40
     assert _forwarded(hop) == Counter(acknowledged)  # each once: the rest at the drain
+
+
+# -- the options -------------------------------------------------------------------------------
+
+
+def test_the_http_bounds_are_options_of_the_command(tmp_path: Path, hop: NextHop) -> None:
+    """--http-header-timeout (and its variable) closes a half-open connection; the process still serves and drains."""
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(BUDGET_FILE)
+    process = _start(
+        budgets,
+        hop,
+        "--http-header-timeout",
+        "0.3",
+        "--http-max-connections",
+        "8",
+        env={"LATENCY_BUDGET_SERVE_HTTP_BODY_TIMEOUT": "0.3"},
+    )
+    listening = _listening(process)
+    (stuck,) = _half_open(str(listening["http"]), 1, b"POST /v1/traces HTTP/1.1\r\n")
+    stuck.settimeout(WAIT_S)
+    assert stuck.recv(100) == b""  # closed by the server at the header deadline
+    stuck.close()
+    assert _post(f"http://{listening['http']}", _request(1).SerializeToString()) == 200
+    _drain(process, listening["health"], "spans_received", SPANS, timeout=30)
+    assert len(hop.spans()) == SPANS
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--http-max-connections", "0"], "--http-max-connections: expected a positive whole number"),
+        (["--http-header-timeout", "never"], "--http-header-timeout: expected a number of seconds"),
+        (["--http-body-timeout", "-1"], "--http-body-timeout: expected a positive number of seconds"),
+    ],
+)
+def test_bad_http_bounds_are_one_line_and_exit_2(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --http-* value is one line naming the option, and exit status 2."""
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(BUDGET_FILE)
+    assert main(["serve", "--budgets", str(budgets), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert message in err[0]
