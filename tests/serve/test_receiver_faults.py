@@ -11,12 +11,14 @@ from __future__ import annotations
 import gzip
 import socket
 import struct
+import threading
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -328,3 +330,33 @@ def test_bad_http_bounds_are_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert message in err[0]
+
+
+def test_grpc_calls_that_never_send_their_message_do_not_starve_other_senders(hop: NextHop) -> None:
+    """Eight gRPC calls whose message never comes (more than the handler threads) leave Export answering others."""
+    held = threading.Event()
+
+    def nothing() -> Iterator[bytes]:
+        held.wait(WAIT_S)
+        yield from ()
+
+    with running(BUDGETS, hop.url) as serve:
+        channels: list[grpc.Channel] = []
+        stuck = []
+        try:
+            for _ in range(8):
+                channel = grpc.insecure_channel(serve.grpc_endpoint)
+                grpc.channel_ready_future(channel).result(timeout=WAIT_S)
+                channels.append(channel)
+                call = channel.stream_unary(
+                    "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+                    request_serializer=None,
+                    response_deserializer=None,
+                )
+                stuck.append(call.future(nothing(), timeout=WAIT_S))
+            assert send_grpc(record(agent_trace, first_trace=1), serve.grpc_endpoint).name == "SUCCESS"
+            serve.wait_for(lambda c: c["spans_forwarded"] == SPANS, "the trace forwarded")
+        finally:
+            held.set()
+            for channel in channels:
+                channel.close()
