@@ -35,6 +35,7 @@ import io
 import json
 import math
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -165,8 +166,6 @@ class _BoundedServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Whatever escaped a handler: one counted, rate-limited line, never a traceback on stderr."""
-        import sys  # noqa: PLC0415
-
         error = sys.exc_info()[1]
         if isinstance(error, OSError):
             self.client_gone(error)

@@ -438,7 +438,12 @@ class Wal:
         segments = self._segments
         if self._recovering or len(segments) != 1 or segments[0].refs or not segments[0].size:
             return False
-        self._start_segment()
+        try:
+            self._start_segment()
+        except OSError as exc:  # no new file (no inode left, say): the next write tries again
+            self._counters.add("wal_write_errors")
+            self._log.event("wal_write_failed", directory=str(self._dir), error=str(exc))
+            return False
         self._collect()
         return True
 
