@@ -230,22 +230,26 @@ class TraceBuffer:
         return trace.spans
 
 
-def settling_groups(decided: list[Decided], max_spans: int) -> list[list[Decided]]:
-    """``decided`` cut into runs of whole traces of at most ``max_spans`` spans (a larger trace alone).
+def settling_groups(decided: list[Decided], max_spans: int, max_bytes: int | None = None) -> list[list[Decided]]:
+    """``decided`` cut into runs of whole traces, each within ``max_spans`` spans and ``max_bytes`` (or one trace).
 
     Each run is forwarded and settled in the write-ahead log on its own, so that a crash
     sends again at most the runs in flight, not every trace decided at the same moment.
+    Bound them as the forwarded batches are, so that a run is about one request.
     """
+    limit = max_bytes if max_bytes is not None else float("inf")
     groups: list[list[Decided]] = []
     current: list[Decided] = []
-    spans = 0
+    spans = size = 0
     for item in decided:
         count = len(item.spans)
-        if current and spans + count > max_spans:
+        held = sum(received.size for received in item.spans)
+        if current and (spans + count > max_spans or size + held > limit):
             groups.append(current)
-            current, spans = [], 0
+            current, spans, size = [], 0, 0
         current.append(item)
         spans += count
+        size += held
     if current:
         groups.append(current)
     return groups
