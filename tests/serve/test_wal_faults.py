@@ -26,7 +26,8 @@ import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from latency_budget._serve.assembly import Limits
+from latency_budget._serve.assembly import Decided, Limits, settling_groups
+from latency_budget._serve.otlp import decode_request
 from latency_budget._serve.wal import WalOptions
 from tests.ci import skip_or_fail_in_ci
 from tests.e2e.services import poll
@@ -367,3 +368,18 @@ def test_kill_9_while_forwarding_a_replay_sends_again_at_most_the_batches_in_fli
     finally:
         hop.stop()
     assert first_run + again == Counter(acknowledged)  # each acknowledged span once across the two runs
+
+
+def test_settling_groups_cut_whole_traces_within_the_bounds() -> None:
+    """Runs of whole traces within the span and byte bounds; a trace larger than either goes alone, never cut."""
+
+    def decided(trace_id: int, pad: int) -> Decided:
+        spans, _, _ = decode_request(_padded(trace_id, pad).SerializeToString(), wanted=None)
+        return Decided(trace_id, spans, "judge", trace_id)
+
+    small = [decided(trace_id, 0) for trace_id in range(1, 7)]  # 4 spans each
+    assert [[d.trace_id for d in group] for group in settling_groups(small, 8)] == [[1, 2], [3, 4], [5, 6]]
+    big = decided(7, 50_000)
+    groups = settling_groups([small[0], big, small[1]], 100, max_bytes=10_000)
+    assert [[d.trace_id for d in group] for group in groups] == [[1], [7], [2]]
+    assert settling_groups([], 8) == []
