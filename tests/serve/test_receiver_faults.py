@@ -22,6 +22,7 @@ import grpc
 import pytest
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.trace import SpanKind, Tracer
 
@@ -360,3 +361,20 @@ def test_grpc_calls_that_never_send_their_message_do_not_starve_other_senders(ho
             held.set()
             for channel in channels:
                 channel.close()
+
+
+def test_an_idle_kept_alive_connection_closed_at_the_deadline_is_reopened_by_the_sdk(hop: NextHop) -> None:
+    """The SDK's OTLP/HTTP exporter, its kept-alive connection closed at the header deadline, exports again."""
+    with running(BUDGETS, hop.url, http_header_timeout_s=0.3) as serve:
+        exporter = HttpSpanExporter(endpoint=f"{serve.http_url}/v1/traces", timeout=10)
+        try:
+            assert exporter.export(record(agent_trace, first_trace=1)).name == "SUCCESS"
+            poll(
+                lambda: True if serve.health()[1]["held"]["http_connections"] == 0 else None,
+                timeout=WAIT_S,
+                what="the idle connection closed",
+            )
+            assert exporter.export(record(agent_trace, first_trace=2)).name == "SUCCESS"
+        finally:
+            exporter.shutdown()
+        serve.wait_for(lambda c: c["spans_forwarded"] == 2 * SPANS, "both traces forwarded")
