@@ -4,10 +4,12 @@ A trace is ready to judge once its root (the span with no parent) has arrived an
 span of it has arrived for ``decision_wait`` seconds, as the Collector's tail sampling
 decides; one whose root has not arrived ``max_wait`` seconds after its first span is
 given up (forwarded unjudged). Memory is bounded by open traces, spans per trace and
-bytes: a request that would pass the first or the last is refused whole (the sender
-retries it), and a trace that grows past the spans bound is evicted, forwarded
-unjudged. The ids of decided traces are remembered (a bounded number), so a span that
-arrives after its trace was decided is forwarded as it is, never judged on part of it.
+bytes: a request that would pass the first or the last first makes room by forwarding
+unjudged the quiet traces that still have no root (least recently active first), and is
+refused whole (the sender retries it) only when those are not enough; a trace that grows
+past the spans bound is evicted, forwarded unjudged. The ids of decided traces are
+remembered (a bounded number), so a span that arrives after its trace was decided is
+forwarded as it is, never judged on part of it.
 
 With a write-ahead log, each request is logged while the buffer's lock is held, after the
 bounds let it in and before any of it joins a trace: logged and taken, or neither. Each
@@ -25,7 +27,7 @@ from typing import Literal
 
 from latency_budget._serve.otlp import Received
 
-__all__ = ["Decided", "Limits", "Refused", "TraceBuffer"]
+__all__ = ["Decided", "Limits", "Refused", "TraceBuffer", "settling_groups"]
 
 Outcome = Literal["judge", "no_root", "evicted", "late", "shutdown"]
 
@@ -111,15 +113,25 @@ class TraceBuffer:
             open_traces, decided = self._open, self._decided
             ids = {item.trace_id for item in spans}
             new_ids = {trace_id for trace_id in ids if trace_id not in open_traces and trace_id not in decided}
-            if open_traces and len(open_traces) + len(new_ids) > limits.max_traces:
-                return Refused(f"{len(open_traces)} traces open (--max-traces {limits.max_traces})", _retry(limits)), []
-            if self._bytes and self._bytes + size > limits.max_bytes:
-                return Refused(f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})", _retry(limits)), []
+            over_traces = len(open_traces) + len(new_ids) - limits.max_traces if open_traces else 0
+            over_bytes = self._bytes + size - limits.max_bytes if self._bytes else 0
+            room: list[int] = []
+            if over_traces > 0 or over_bytes > 0:
+                room = self._rootless_to_forward(over_traces, over_bytes, now)
+                if not room:
+                    if over_traces > 0:
+                        reason = f"{len(open_traces)} traces open (--max-traces {limits.max_traces})"
+                    else:
+                        reason = f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})"
+                    return Refused(reason, _retry(limits)), []
             if write_ahead is not None:
                 logged = write_ahead(ids)
                 if isinstance(logged, str):
                     return Refused(logged, _retry(limits)), []
                 seq = logged
+            for trace_id in room:  # before the request joins: a span of one of them is late
+                trace_seq = open_traces[trace_id].seq
+                leaving.append(Decided(trace_id, self._close(trace_id), "no_root", trace_seq))
             late: dict[int, list[Received]] = {}
             for item in spans:
                 trace_id = item.trace_id
@@ -143,6 +155,28 @@ class TraceBuffer:
                     leaving.append(Decided(trace_id, self._close(trace_id), "evicted", seq))
             leaving.extend(Decided(trace_id, items, "late", seq) for trace_id, items in late.items())
         return None, leaving
+
+    def _rootless_to_forward(self, traces: int, size: int, now: float) -> list[int]:
+        """Quiet rootless traces, least recently active first, whose leaving frees ``traces`` traces and ``size`` bytes.
+
+        Empty when those are not enough: then nothing leaves and the request is refused.
+        A trace is quiet when no span of it arrived for ``decision_wait``, as for judging:
+        one whose root has not come by then is the likeliest never to get it, and held
+        until ``max_wait`` it would crowd out the traces that can be judged.
+        """
+        quiet_before = now - self.limits.decision_wait_s
+        chosen: list[int] = []
+        freed_traces = freed_bytes = 0
+        for trace_id, trace in self._open.items():  # oldest activity first
+            if freed_traces >= traces and freed_bytes >= size:
+                return chosen
+            if trace.last_at > quiet_before:
+                break
+            if not trace.rooted:
+                chosen.append(trace_id)
+                freed_traces += 1
+                freed_bytes += trace.size
+        return chosen if freed_traces >= traces and freed_bytes >= size else []
 
     def remember(self, trace_ids: Iterable[int]) -> None:
         """Count these traces as decided (by a previous run): their spans from now on are late."""
@@ -194,6 +228,31 @@ class TraceBuffer:
         if len(decided) > self.limits.remembered_traces:
             decided.popitem(last=False)
         return trace.spans
+
+
+def settling_groups(decided: list[Decided], max_spans: int, max_bytes: int | None = None) -> list[list[Decided]]:
+    """``decided`` cut into runs of whole traces, each within ``max_spans`` spans and ``max_bytes`` (or one trace).
+
+    Each run is forwarded and settled in the write-ahead log on its own, so that a crash
+    sends again at most the runs in flight, not every trace decided at the same moment.
+    Bound them as the forwarded batches are, so that a run is about one request.
+    """
+    limit = max_bytes if max_bytes is not None else float("inf")
+    groups: list[list[Decided]] = []
+    current: list[Decided] = []
+    spans = size = 0
+    for item in decided:
+        count = len(item.spans)
+        held = sum(received.size for received in item.spans)
+        if current and (spans + count > max_spans or size + held > limit):
+            groups.append(current)
+            current, spans, size = [], 0, 0
+        current.append(item)
+        spans += count
+        size += held
+    if current:
+        groups.append(current)
+    return groups
 
 
 def _retry(limits: Limits) -> float:

@@ -1,10 +1,16 @@
-"""The OTLP/gRPC trace receiver: opentelemetry-proto's ``TraceService`` on a grpcio server.
+"""The OTLP/gRPC trace receiver: opentelemetry-proto's ``TraceService`` on a grpcio asyncio server.
 
 Full or draining, it answers ``RESOURCE_EXHAUSTED`` or ``UNAVAILABLE`` with a
 ``google.rpc.RetryInfo`` detail (as the ``grpc-status-details-bin`` trailer the
 Collector's exporter reads, and the ``google.rpc.retryinfo-bin`` trailer the Python
 SDK's reads), so the sender's queue retries; a message over ``max_request_bytes`` is
 refused by grpcio itself (``RESOURCE_EXHAUSTED``, counted by no one but the sender).
+
+The server is grpcio's asyncio one, on an event loop thread of its own: a call waits for
+its message as a coroutine, not on a thread, so calls whose message is slow to come (or
+never comes) cost no handler; only a whole message is handed to a small pool of
+``workers`` threads, which run the intake. At most ``max_calls`` calls are open at once
+(past that grpcio answers ``RESOURCE_EXHAUSTED`` itself, which senders retry).
 
 The method is registered without a request deserializer: it gets the message's bytes,
 which :mod:`.intake` decodes and splits into the spans' own bytes (a body that is not
@@ -15,7 +21,11 @@ with no second encoding.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 from concurrent import futures
+from functools import partial
 from typing import Any
 
 import grpc
@@ -38,22 +48,24 @@ _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
 
 class _TraceService:
-    def __init__(self, intake: Intake) -> None:
+    def __init__(self, intake: Intake, pool: futures.ThreadPoolExecutor) -> None:
         self._intake = intake
+        self._pool = pool
 
-    def export(self, body: bytes, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
-        answer = self._intake.accept(body, protocol="grpc")
+    async def export(self, body: bytes, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._pool, partial(self._intake.accept, body, protocol="grpc"))
         if answer.status == "ok":
             response = trace_service_pb2.ExportTraceServiceResponse()
             if answer.rejected_spans:
                 response.partial_success.rejected_spans = answer.rejected_spans
                 response.partial_success.error_message = answer.message
             return response
-        _abort(context, answer)
+        await _abort(context, answer)
         raise AssertionError("unreachable: context.abort raises")
 
 
-def _abort(context: Any, answer: Answer) -> None:
+async def _abort(context: Any, answer: Answer) -> None:
     code, rpc_code = _CODES[answer.status]
     status = status_pb2.Status(code=rpc_code, message=answer.message)
     if answer.retry_after_s:
@@ -68,38 +80,61 @@ def _abort(context: Any, answer: Answer) -> None:
                 ("google.rpc.retryinfo-bin", retry.SerializeToString()),
             )
         )
-    context.abort(code, answer.message)
+    await context.abort(code, answer.message)
 
 
 class GrpcReceiver:
-    """A grpcio server serving ``TraceService`` on ``endpoint`` (``host:port``; port 0 picks one)."""
+    """A grpcio asyncio server serving ``TraceService`` on ``endpoint`` (``host:port``; port 0 picks one)."""
 
-    def __init__(self, intake: Intake, endpoint: str, *, max_request_bytes: int, workers: int = 4) -> None:
-        self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="latency-budget-grpc"),
-            options=(
-                ("grpc.max_receive_message_length", max_request_bytes),
-                ("grpc.max_concurrent_streams", 64),
-            ),
-            maximum_concurrent_rpcs=workers * 16,  # past it grpcio answers RESOURCE_EXHAUSTED itself
-        )
-        export: grpc.RpcMethodHandler[bytes, trace_service_pb2.ExportTraceServiceResponse] = (
-            grpc.unary_unary_rpc_method_handler(
-                _TraceService(intake).export,
-                request_deserializer=None,  # the bytes as they came: see the module's docstring
-                response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+    def __init__(
+        self, intake: Intake, endpoint: str, *, max_request_bytes: int, workers: int = 4, max_calls: int = 1024
+    ) -> None:
+        self._pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="latency-budget-grpc")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="latency-budget-grpc-loop", daemon=True)
+        self._thread.start()
+        service = _TraceService(intake, self._pool)
+
+        async def make() -> tuple[grpc.aio.Server, int]:
+            server = grpc.aio.server(
+                options=(
+                    ("grpc.max_receive_message_length", max_request_bytes),
+                    ("grpc.max_concurrent_streams", 256),
+                ),
+                maximum_concurrent_rpcs=max_calls,  # past it grpcio answers RESOURCE_EXHAUSTED itself
             )
-        )
-        self._server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
-        host = endpoint.rsplit(":", 1)[0]
-        self.port = self._server.add_insecure_port(endpoint)
+            export: grpc.RpcMethodHandler[bytes, trace_service_pb2.ExportTraceServiceResponse] = (
+                grpc.unary_unary_rpc_method_handler(
+                    service.export,  # a coroutine: grpc.aio awaits it
+                    request_deserializer=None,  # the bytes as they came: see the module's docstring
+                    response_serializer=trace_service_pb2.ExportTraceServiceResponse.SerializeToString,
+                )
+            )
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
+            return server, server.add_insecure_port(endpoint)
+
+        try:
+            self._server, self.port = asyncio.run_coroutine_threadsafe(make(), self._loop).result()
+        except BaseException:
+            self._close_loop()
+            raise
         if not self.port:
+            self._close_loop()
             raise OSError(f"cannot listen on {endpoint}")
+        host = endpoint.rsplit(":", 1)[0]
         self.address = f"{host.strip('[]')}:{self.port}"
 
     def start(self) -> None:
-        self._server.start()
+        asyncio.run_coroutine_threadsafe(self._server.start(), self._loop).result()
 
     def stop(self, grace_s: float) -> None:
         """Refuse new calls now; let calls in progress finish within ``grace_s``."""
-        self._server.stop(grace_s).wait(grace_s + 1.0)
+        stopping = asyncio.run_coroutine_threadsafe(self._server.stop(grace_s), self._loop)
+        with contextlib.suppress(Exception):  # a call still running past the grace: the drain goes on
+            stopping.result(grace_s + 1.0)
+        self._close_loop()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(1.0)
+        self._pool.shutdown(wait=False)

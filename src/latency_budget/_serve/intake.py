@@ -79,7 +79,7 @@ class Intake:
         if wal is None:
             refused, leaving = self._buffer.add(spans)
         else:
-            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(body, ids))
+            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(body, ids, len(spans)))
         if refused is not None:
             counters.add("requests_refused")
             self._log.event("refused", protocol=protocol, reason=refused.reason, spans=len(spans))

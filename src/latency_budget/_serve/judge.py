@@ -5,6 +5,11 @@ processor's own :class:`~latency_budget._core.trace_state.TraceState` rule), lev
 come from the calls of recent traces as in process, and the root gains exactly what
 :func:`latency_budget._core.annotate.root_annotation` gives the in-process root. No other
 span changes. A root that already carries a verdict (judged in process) is left as it is.
+
+A trace with several parentless spans (a second service that started its own trace
+context, a gateway span exported apart) is judged as several requests: each parentless
+span on the spans under it, each with its own verdict, so none takes another's. A span
+whose parents never reach a parentless span counts with the earliest one.
 """
 
 from __future__ import annotations
@@ -54,14 +59,18 @@ class Judge:
     def judge(self, spans: Sequence[Received]) -> Verdicts:
         """Judge the spans of one trace, giving each judged root its annotated bytes (``Received.encoded``)."""
         verdicts = Verdicts()
-        whole = self.roots == "trace"
-        if whole:
-            root = _trace_root(spans)
-            if root is None:
-                return verdicts
+        if self.roots != "trace":
+            self._judge(spans, verdicts, whole=False)
+            return verdicts
+        for root, members in _by_parentless_span(spans):
             if attr.VERDICT in root.attributes:
-                verdicts.already_annotated = 1
-                return verdicts
+                verdicts.already_annotated += 1
+            elif not self._judge(members, verdicts, whole=True):
+                verdicts.not_requests += 1
+        return verdicts
+
+    def _judge(self, spans: Sequence[Received], verdicts: Verdicts, *, whole: bool) -> bool:
+        """Judge ``spans`` (one parentless span and its spans, or a trace's local roots) into ``verdicts``."""
         found = judge_roots(
             self.config,
             spans,
@@ -70,8 +79,6 @@ class Judge:
             every_root=False,
             levers=self._levers_of,
         )
-        if whole and not found:
-            verdicts.not_requests = 1
         for judged in found:
             record = cast("Received", judged.root)  # the spans given are the roots found
             if attr.VERDICT in record.attributes:  # local roots only: a whole-trace root was checked above
@@ -94,7 +101,7 @@ class Judge:
             record.encoded = annotated(record, extra, events)
             verdicts.reports.append(report)
             verdicts.judged += 1
-        return verdicts
+        return bool(found)
 
     def _levers_of(self, state: TraceState) -> LeverHints:
         """The lever estimate of one judged trace, from this instance's recent calls (as in process)."""
@@ -105,10 +112,38 @@ def _lever_hints_failed(exc: Exception) -> None:
     logger.debug("latency_budget serve: lever hints failed: %r", exc)  # the verdict stands without them
 
 
-def _trace_root(spans: Sequence[Received]) -> Received | None:
-    """The trace's span with no parent (the earliest, if several), as ``judge_roots`` picks it."""
-    best: Received | None = None
+def _by_parentless_span(spans: Sequence[Received]) -> list[tuple[Received, list[Received]]]:
+    """The trace split by parentless span: each with the spans under it, earliest first.
+
+    A span whose chain of parents does not reach a parentless span (its parent never
+    arrived, or a cycle) goes with the earliest one, whose account held every span of the
+    trace before several parentless spans were told apart. One parentless span: the trace
+    whole, as it came.
+    """
+    parentless = [item for item in spans if item.parent_id is None]
+    if len(parentless) <= 1 or len({item.span_id for item in parentless}) < len(parentless):
+        return [(parentless[0], list(spans))] if parentless else []  # one, or repeated ids: the earliest rule
+    parentless.sort(key=lambda item: (item.start_ns, item.span_id))
+    earliest = parentless[0]
+    by_id = {item.span_id: item for item in spans}
+    owner: dict[int, Received] = {item.span_id: item for item in parentless}
+    groups: dict[int, list[Received]] = {item.span_id: [] for item in parentless}
     for item in spans:
-        if item.parent_id is None and (best is None or (item.start_ns, item.span_id) < (best.start_ns, best.span_id)):
-            best = item
-    return best
+        path: list[int] = []
+        seen: set[int] = set()
+        step = item
+        while True:
+            root = owner.get(step.span_id)
+            if root is not None:
+                break
+            parent = by_id.get(step.parent_id) if step.parent_id is not None else None
+            if parent is None or parent.span_id in seen or parent is step:
+                root = earliest
+                break
+            path.append(step.span_id)
+            seen.add(step.span_id)
+            step = parent
+        for span_id in path:
+            owner[span_id] = root
+        groups[root.span_id].append(item)
+    return [(root, groups[root.span_id]) for root in parentless]

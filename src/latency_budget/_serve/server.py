@@ -21,10 +21,16 @@ from dataclasses import dataclass, field
 from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
-from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
+from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
 from latency_budget._serve.forwarder import Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
-from latency_budget._serve.http_receiver import HealthServer, HttpReceiver
+from latency_budget._serve.http_receiver import (
+    BODY_TIMEOUT_S,
+    HEADER_TIMEOUT_S,
+    MAX_CONNECTIONS,
+    HealthServer,
+    HttpReceiver,
+)
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
 from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch
@@ -51,6 +57,9 @@ class ServeOptions:
     max_request_bytes: int = 16 * 1024 * 1024
     shutdown_timeout_s: float = 10.0
     wal: WalOptions | None = None
+    http_max_connections: int = MAX_CONNECTIONS
+    http_header_timeout_s: float = HEADER_TIMEOUT_S
+    http_body_timeout_s: float = BODY_TIMEOUT_S
 
 
 class Server:
@@ -90,11 +99,26 @@ class Server:
         self._decider = threading.Thread(target=self._decide_loop, name="latency-budget-decide", daemon=True)
         self.grpc = GrpcReceiver(self._intake, options.grpc_endpoint, max_request_bytes=options.max_request_bytes)
         self.http = (
-            HttpReceiver(self._intake, options.http_endpoint, max_request_bytes=options.max_request_bytes)
+            HttpReceiver(
+                self._intake,
+                options.http_endpoint,
+                max_request_bytes=options.max_request_bytes,
+                max_connections=options.http_max_connections,
+                header_timeout_s=options.http_header_timeout_s,
+                body_timeout_s=options.http_body_timeout_s,
+                counters=self.counters,
+                log=self.log,
+            )
             if options.http_endpoint is not None
             else None
         )
-        self.health = HealthServer(options.health_endpoint, self._health)
+        self.health = HealthServer(
+            options.health_endpoint,
+            self._health,
+            header_timeout_s=options.http_header_timeout_s,
+            counters=self.counters,
+            log=self.log,
+        )
 
     def start(self) -> dict[str, object]:
         """Start serving (after replaying the write-ahead log); the ``listening`` log line's fields."""
@@ -150,6 +174,8 @@ class Server:
         }
         if self._wal is not None:
             held["wal"] = self._wal.held()
+        if self.http is not None:
+            held["http_connections"] = self.http.connections()
         counters = self.counters.snapshot()
         if self._draining:
             return False, {"status": "draining", "counters": counters, "held": held}
@@ -175,6 +201,9 @@ class Server:
                     reason="--max-spans-per-trace",
                     limit=self.options.limits.max_spans_per_trace,
                 )
+            elif item.outcome == "no_root":  # quiet and rootless, forwarded to make room (assembly.py)
+                self.counters.add("traces_forwarded_unjudged")
+                self.log.event("forwarded_unjudged", reason="rootless, to make room (--max-traces, --max-bytes)")
             else:
                 self.counters.add("spans_late", len(item.spans))
         self._forward(decided)
@@ -215,6 +244,11 @@ class Server:
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
     def _forward(self, decided: list[Decided]) -> None:
+        """Queue the ``decided`` traces a batch's worth at a time, each settled in the log once it has left."""
+        for group in settling_groups(decided, _BATCH_SPANS):
+            self._forward_group(group)
+
+    def _forward_group(self, decided: list[Decided]) -> None:
         """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
         spans = ((received.origin, received.encoded) for item in decided for received in item.spans)
         wal = self._wal
@@ -277,7 +311,9 @@ class Server:
         counters.add("wal_spans_replayed", spans_replayed)
         counters.add("wal_traces_replayed", len(traces))
         counters.add("wal_spans_deduplicated", deduplicated)
-        counters.add("wal_records_corrupt", wal.corrupt)
+        counters.add("wal_records_corrupt", wal.corrupt_records)
+        counters.add("wal_spans_corrupt", wal.corrupt_spans)
+        counters.add("wal_records_torn", wal.torn_records)
         counters.add("wal_spans_lost", lost)
         self.log.event(
             "wal_replayed",
@@ -288,6 +324,8 @@ class Server:
             traces=len(traces),
             spans_deduplicated=deduplicated,
             records_corrupt=counters.snapshot()["wal_records_corrupt"],
+            spans_corrupt=wal.corrupt_spans,
+            records_torn=wal.torn_records,
             spans_lost=lost,
             fsync=wal.options.fsync,
         )

@@ -27,11 +27,15 @@ Counter = Literal[
     "spans_forwarded",
     "spans_dropped",
     "reports_failed",
+    "http_clients_gone",
+    "http_connections_evicted",
     "wal_requests_replayed",
     "wal_spans_replayed",
     "wal_traces_replayed",
     "wal_spans_deduplicated",
     "wal_records_corrupt",
+    "wal_spans_corrupt",
+    "wal_records_torn",
     "wal_spans_lost",
     "wal_requests_refused",
     "wal_write_errors",
@@ -49,11 +53,15 @@ Counter = Literal[
   ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
 - ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop stayed down
   past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised);
+- the HTTP receivers: ``http_clients_gone`` (a client reset or closed its connection
+  mid-request, or stopped reading the answer), ``http_connections_evicted`` (the connection
+  that waited longest for its request, closed at the connection limit to make room);
 - the write-ahead log (``--wal-dir``), after a restart: ``wal_requests_replayed``,
   ``wal_spans_replayed`` and ``wal_traces_replayed`` (read back and put in the buffer again,
   judged when due), ``wal_spans_deduplicated`` (read back but already forwarded before the
-  crash: not sent again), ``wal_records_corrupt`` (a torn or corrupt segment tail, ignored:
-  never acknowledged when it is a crash's last write), ``wal_spans_lost`` (read back but not
+  crash: not sent again), ``wal_records_corrupt`` and ``wal_spans_corrupt`` (damaged records skipped, and the
+  spans they held where their header survived: acknowledged, lost), ``wal_records_torn`` (a
+  segment's last record cut short: a crash's last write, never acknowledged), ``wal_spans_lost`` (read back but not
   taken again: a span the crash lost for good); while running: ``wal_requests_refused`` (the
   log full or failing: the sender is told to retry, also in ``requests_refused``),
   ``wal_write_errors`` (a write or fsync failed: ENOSPC, EIO) and ``wal_segments_deleted``.

@@ -1,18 +1,31 @@
 """The write-ahead log of ``serve``: what it acknowledged survives ``kill -9`` (and, with fsync, a reboot).
 
 Each accepted request's protobuf bytes are appended to the current segment file before
-the sender is answered. A record is framed as its length, a CRC-32, a sequence number
-and a kind, so a record torn by a crash is found at start and ignored, with the rest of
-its segment. Segments roll at ``segment_bytes``; all of them together are bounded by
-``max_bytes``: past that a request is refused (the sender retries it), never dropped.
+the sender is answered. A record starts with a marker, then its length, span count,
+sequence number and kind under a CRC-32 of their own, then a CRC-32 of its payload: a
+record whose payload is damaged is skipped (its header still says how long it is and how
+many spans it held), and after a damaged header the reader finds the next marker whose
+header checks out and goes on. What is skipped is counted, in records and spans; a record
+cut short at a segment's end is a crash's last write (never acknowledged) and counted
+apart as torn.
+
+Segments roll at ``segment_bytes``: by default a quarter of the smaller of ``max_bytes``
+and the free space on the log's file system at start, at most 16 MiB, so the log keeps
+turning over however small it is. All of them together are bounded by ``max_bytes``
+(or by one request larger than that, taken when the log holds nothing else): past that a
+request is refused (the sender retries it), never dropped.
 
 When a batch of forwarded spans has been sent (or dropped, and counted), a *settled*
 record names its traces and the last request sequence each covered. A segment is deleted
 once it and every older one hold nothing unsettled, oldest first, so a settled record
-always outlives the requests it settles. At start the segments are read back: the spans
-of traces not settled are replayed into the buffer, judged as if they had just arrived;
-the others are skipped. The one window left is a batch the next hop took just before the
-crash, whose settled record was not yet written: it is sent again (at least once).
+always outlives the requests it settles; the segment being written, once it is the only
+one and holds nothing unsettled, is rolled and deleted too when the log is full or a
+write fails (a full disk). At start the segments are read back: the spans of traces not
+settled are replayed into the buffer, judged as if they had just arrived; the others are
+skipped. Files in the directory that are not the log's own (other names, a segment's name
+out of range, a segment-named file with no record in it) are left alone, with one log
+line. The one window left is a batch the next hop took just before the crash, whose
+settled record was not yet written: it is sent again (at least once).
 
 fsync: ``always`` syncs each record before the answer (survives a reboot, one fsync a
 request); ``interval`` (the default) syncs every ``fsync_interval_s`` (survives a process
@@ -29,25 +42,30 @@ import struct
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
 from latency_budget._serve.stats import Counters, EventLog
 
-__all__ = ["FSYNC_POLICIES", "FsyncPolicy", "Recovered", "Wal", "WalError", "WalOptions"]
+__all__ = ["FSYNC_POLICIES", "FsyncPolicy", "Recovered", "Scanned", "Wal", "WalError", "WalOptions"]
 
 FsyncPolicy = Literal["always", "interval", "never"]
 FSYNC_POLICIES: tuple[FsyncPolicy, ...] = get_args(FsyncPolicy)
 
-# length, CRC-32 of (length, seq, kind, payload), request sequence, kind
-_HEADER = struct.Struct("<IIQB")
-_PREFIX = struct.Struct("<IQB")
+# marker, CRC-32 of the rest of the header, payload length, spans, request sequence, kind, CRC-32 of the payload
+_MARKER = b"\xa7LBw"
+_HEADER = struct.Struct("<4sIIIQBI")
+_CHECKED = struct.Struct("<IIQBI")  # the header after its CRC: what the CRC covers
+_CHECKED_AT = 8  # where that part starts
 _SETTLED = struct.Struct(">16sQ")  # one settled trace: its id, the last request sequence covered
 _REQUEST = 1
 _SETTLE = 2
 _MAX_RECORD = 1 << 30
+_MAX_SEQ = 1 << 62  # far beyond any real log (a million requests a second for 146,000 years)
+_MAX_SEGMENT = 16 * 1024 * 1024
 _SUFFIX = ".wal"
+_NAME_DIGITS = 20
 _LOCK_NAME = "LOCK"
 
 
@@ -63,7 +81,7 @@ class WalOptions:
     max_bytes: int = 256 * 1024 * 1024
     fsync: FsyncPolicy = "interval"
     fsync_interval_s: float = 1.0
-    segment_bytes: int = 16 * 1024 * 1024
+    segment_bytes: int | None = None  # None: a quarter of max_bytes and of the free space, at most 16 MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,42 +94,98 @@ class Recovered:
 
 
 class _Segment:
-    __slots__ = ("first_seq", "path", "refs", "size", "valid_end")
+    __slots__ = ("first_seq", "path", "refs", "size")
 
     def __init__(self, path: Path, first_seq: int, size: int = 0) -> None:
         self.path = path
         self.first_seq = first_seq
         self.size = size
-        self.valid_end = size
         self.refs: dict[int, int] = {}  # trace id -> its last request sequence here, not yet settled
 
 
-def frame(seq: int, kind: int, payload: bytes) -> bytes:
-    """One record: header and payload."""
-    crc = zlib.crc32(payload, zlib.crc32(_PREFIX.pack(len(payload), seq, kind)))
-    return _HEADER.pack(len(payload), crc, seq, kind) + payload
+def frame(seq: int, kind: int, payload: bytes, spans: int = 0) -> bytes:
+    """One record: marker, header (with its own CRC) and payload."""
+    checked = _CHECKED.pack(len(payload), spans, seq, kind, zlib.crc32(payload))
+    return _MARKER + struct.pack("<I", zlib.crc32(checked)) + checked + payload
 
 
-def read_records(data: bytes) -> tuple[list[tuple[int, int, int, int]], int, bool]:
-    """The records of one segment's bytes as (seq, kind, start, end) of their payloads; where the valid part ends; torn.
+@dataclass(slots=True)
+class Scanned:
+    """What one segment's bytes hold: its whole records, and what was skipped."""
 
-    Reading stops at the first record that is short or fails its CRC: after a crash only
-    the tail can be torn, and nothing after a bad record can be trusted.
+    records: list[tuple[int, int, int, int]] = field(default_factory=list)  # (seq, kind, start, end) of payloads
+    corrupt_records: int = 0  # damaged (a bad payload or header), skipped
+    corrupt_spans: int = 0  # the spans of the damaged records whose header survived
+    torn: bool = False  # the last record cut short: a crash's last write
+    found: bool = False  # at least one header checked out: a segment of the log's own
+
+
+def _header_at(data: bytes, offset: int) -> tuple[int, int, int, int, int] | None:
+    """(length, spans, seq, kind, payload CRC) of a record header at ``offset`` that checks out, else None."""
+    if offset + _HEADER.size > len(data):
+        return None
+    marker, crc, length, spans, seq, kind, payload_crc = _HEADER.unpack_from(data, offset)
+    if marker != _MARKER or zlib.crc32(data[offset + _CHECKED_AT : offset + _HEADER.size]) != crc:
+        return None
+    if length > _MAX_RECORD or kind not in (_REQUEST, _SETTLE) or seq >= _MAX_SEQ:
+        return None
+    return length, spans, seq, kind, payload_crc
+
+
+def read_records(data: bytes) -> Scanned:
+    """The records of one segment's bytes, skipping damaged ones and resynchronising on the next good header.
+
+    A record whose payload fails its CRC is skipped whole (its header says how long it is
+    and how many spans it held). After a header that does not check out, the reader looks
+    for the next marker whose header does; the records lost in between are counted from
+    the gap in sequence numbers (at least one). Bytes at the end too short for a header,
+    or a last record longer than what is left, are a torn tail.
     """
-    records: list[tuple[int, int, int, int]] = []
-    offset, size, header = 0, len(data), _HEADER.size
+    found = Scanned()
+    offset, size = 0, len(data)
+    last_seq: int | None = None
+    damaged = False  # bytes skipped since the last good header
     while offset < size:
-        if offset + header > size:
-            return records, offset, True
-        length, crc, seq, kind = _HEADER.unpack_from(data, offset)
-        start, end = offset + header, offset + header + length
-        if length > _MAX_RECORD or end > size or kind not in (_REQUEST, _SETTLE):
-            return records, offset, True
-        if zlib.crc32(data[start:end], zlib.crc32(_PREFIX.pack(length, seq, kind))) != crc:
-            return records, offset, True
-        records.append((seq, kind, start, end))
+        header = _header_at(data, offset)
+        if header is None:
+            if size - offset < _HEADER.size and not damaged:
+                found.torn = True
+                break
+            following = data.find(_MARKER, offset + 1)
+            while following >= 0 and _header_at(data, following) is None:
+                following = data.find(_MARKER, following + 1)
+            if following < 0:
+                found.corrupt_records += 1
+                break
+            damaged, offset = True, following
+            continue
+        length, spans, seq, kind, payload_crc = header
+        found.found = True
+        start = offset + _HEADER.size
+        end = start + length
+        if end > size:
+            found.torn = True
+            break
+        if damaged:
+            found.corrupt_records += max(1, seq - last_seq - 1) if last_seq is not None and seq > last_seq else 1
+            damaged = False
+        if zlib.crc32(data[start:end]) == payload_crc:
+            found.records.append((seq, kind, start, end))
+        else:
+            found.corrupt_records += 1
+            found.corrupt_spans += spans
+        last_seq = seq
         offset = end
-    return records, offset, False
+    return found
+
+
+def _segment_number(name: str) -> int | None:
+    """The first sequence number a segment named ``name`` holds, or None: not a name the log gives."""
+    stem = name[: -len(_SUFFIX)] if name.endswith(_SUFFIX) else ""
+    if len(stem) != _NAME_DIGITS or not (stem.isascii() and stem.isdigit()):
+        return None
+    number = int(stem)
+    return number if number < _MAX_SEQ else None
 
 
 class Wal:
@@ -134,8 +208,11 @@ class Wal:
         self._fd = -1
         self._broken = False  # a failed write could not be undone: start a new segment
         self._dirty = False
+        self.segment_bytes = options.segment_bytes or _MAX_SEGMENT  # set from the free space in open()
         self.settled_before: dict[int, int] = {}  # from the previous run: trace id -> last sequence settled
-        self.corrupt = 0
+        self.corrupt_records = 0  # read back at start: damaged records skipped, and their spans
+        self.corrupt_spans = 0
+        self.torn_records = 0  # a segment's last record cut short by a crash
         self._lock_fd = -1
         self._recovering = True  # no segment is deleted before replay has tracked what it needs
         self._stop = threading.Event()
@@ -168,20 +245,36 @@ class Wal:
 
     def _scan(self) -> None:
         last_seq = 0
-        for path in sorted(self._dir.glob("*" + _SUFFIX)):
-            stem = path.name[: -len(_SUFFIX)]
-            if not stem.isdigit():
+        foreign: list[str] = []
+        if self.options.segment_bytes is None:
+            stat = os.statvfs(self._dir)
+            free = stat.f_bavail * stat.f_frsize
+            self.segment_bytes = max(1, min(_MAX_SEGMENT, self.options.max_bytes // 4, max(free // 4, 64 * 1024)))
+        for path in sorted(self._dir.iterdir()):
+            name = path.name
+            if name == _LOCK_NAME:
+                continue
+            first_seq = _segment_number(name)
+            if first_seq is None or path.is_symlink() or not path.is_file():
+                foreign.append(name)
                 continue
             data = path.read_bytes()
-            records, valid_end, torn = read_records(data)
-            if torn:
-                self.corrupt += 1
-            segment = _Segment(path, int(stem), len(data))
-            segment.valid_end = valid_end
+            if not data:  # rolled just before a crash: it holds nothing
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            scanned = read_records(data)
+            if not scanned.found:
+                foreign.append(name)
+                continue
+            self.corrupt_records += scanned.corrupt_records
+            self.corrupt_spans += scanned.corrupt_spans
+            self.torn_records += scanned.torn
+            segment = _Segment(path, first_seq, len(data))
             self._segments.append(segment)
             self._total += len(data)
-            last_seq = max(last_seq, segment.first_seq)  # a new segment's name sorts after every old one
-            for seq, kind, start, end in records:
+            last_seq = max(last_seq, first_seq)  # a new segment's name sorts after every old one
+            for seq, kind, start, end in scanned.records:
                 last_seq = max(last_seq, seq)
                 if kind == _SETTLE:
                     settled = self.settled_before
@@ -190,17 +283,25 @@ class Wal:
                         if upto > settled.get(trace_id, 0):
                             settled[trace_id] = upto
         self._next_seq = last_seq + 1
+        if foreign:
+            self._log.event(
+                "wal_foreign_files",
+                always=True,
+                directory=str(self._dir),
+                files=len(foreign),
+                names=foreign[:5],
+                note="not the log's own: left as they are",
+            )
 
     def recover(self) -> Iterator[Recovered]:
         """The requests a previous run left, oldest first (settled or not: the caller filters by ``settled_before``)."""
         for segment in list(self._segments[:-1]):
             try:
-                data = segment.path.read_bytes()[: segment.valid_end]
+                data = segment.path.read_bytes()
             except OSError as exc:
                 self._log.event("wal_read_failed", always=True, segment=segment.path.name, error=str(exc))
                 continue
-            records, _, _ = read_records(data)
-            for seq, kind, start, end in records:
+            for seq, kind, start, end in read_records(data).records:
                 if kind == _REQUEST:
                     yield Recovered(seq, data[start:end], segment)
 
@@ -218,25 +319,50 @@ class Wal:
 
     # -- running -----------------------------------------------------------------------
 
-    def append(self, body: bytes, trace_ids: Iterable[int]) -> int | str:
-        """Log one request holding spans of ``trace_ids``: its sequence number, or why it is refused."""
-        record_size = _HEADER.size + len(body)
+    def append(self, body: bytes, trace_ids: Iterable[int], spans: int = 0) -> int | str:
+        """Log one request holding ``spans`` spans of ``trace_ids``: its sequence number, or why it is refused.
+
+        Never raises: whatever goes wrong is a refusal, which the sender retries.
+        """
         with self._lock:
-            if self._total + record_size > self.options.max_bytes:
-                self._counters.add("wal_requests_refused")
-                return f"write-ahead log full: {self._total} bytes (--wal-max-bytes {self.options.max_bytes})"
-            seq = self._next_seq
             try:
-                segment = self._writable()
-                self._write(segment, frame(seq, _REQUEST, body), sync=self.options.fsync == "always")
-            except OSError as exc:
+                return self._append(body, trace_ids, spans)
+            except Exception as exc:  # a bug of ours: the request is refused (retried), never an error
                 self._counters.add("wal_requests_refused")
-                self._counters.add("wal_write_errors")
-                self._log.event("wal_write_failed", directory=str(self._dir), error=str(exc))
-                return f"write-ahead log write failed: {exc.strerror or exc}"
-            self._next_seq = seq + 1
-            self._refer(segment, seq, trace_ids)
-            return seq
+                self._log.event("internal_error", where="wal_append", error=repr(exc)[:300])
+                return "write-ahead log failed"
+
+    def _append(self, body: bytes, trace_ids: Iterable[int], spans: int) -> int | str:
+        record_size = _HEADER.size + len(body)
+        limit = self.options.max_bytes
+        if self._total + record_size > limit:
+            self._reclaim()
+            # A request larger than the whole bound is taken when the log holds nothing else: never a jam.
+            if self._total + record_size > limit and (self._total or record_size <= limit):
+                self._counters.add("wal_requests_refused")
+                return f"write-ahead log full: {self._total} bytes (--wal-max-bytes {limit})"
+        seq = self._next_seq
+        data = frame(seq, _REQUEST, body, spans)
+        try:
+            try:
+                segment = self._write_record(data)
+            except OSError:
+                if not self._reclaim():  # a full disk: the segment being written may be all that is left
+                    raise
+                segment = self._write_record(data)
+        except OSError as exc:
+            self._counters.add("wal_requests_refused")
+            self._counters.add("wal_write_errors")
+            self._log.event("wal_write_failed", directory=str(self._dir), error=str(exc))
+            return f"write-ahead log write failed: {exc.strerror or exc}"
+        self._next_seq = seq + 1
+        self._refer(segment, seq, trace_ids)
+        return seq
+
+    def _write_record(self, data: bytes) -> _Segment:
+        segment = self._writable()
+        self._write(segment, data, sync=self.options.fsync == "always")
+        return segment
 
     def settle(self, settled: Iterable[tuple[int, int]]) -> None:
         """These traces' spans, up to these request sequences, have left (sent, or dropped and counted)."""
@@ -246,8 +372,7 @@ class Wal:
         payload = b"".join(_SETTLED.pack(trace_id.to_bytes(16, "big"), upto) for trace_id, upto in pairs)
         with self._lock:
             try:
-                segment = self._writable()
-                self._write(segment, frame(self._next_seq, _SETTLE, payload), sync=self.options.fsync == "always")
+                self._write_record(frame(self._next_seq, _SETTLE, payload))
             except OSError as exc:  # the requests are kept: replayed, at worst, once more
                 self._counters.add("wal_write_errors")
                 self._log.event("wal_write_failed", directory=str(self._dir), error=str(exc))
@@ -264,9 +389,9 @@ class Wal:
             self._collect()
 
     def held(self) -> dict[str, int]:
-        """Bytes and segments on disk now."""
+        """Bytes and segments on disk now, and the size at which a segment rolls."""
         with self._lock:
-            return {"bytes": self._total, "segments": len(self._segments)}
+            return {"bytes": self._total, "segments": len(self._segments), "segment_bytes": self.segment_bytes}
 
     def close(self) -> None:
         """Sync and close; with nothing unsettled left, the segments are deleted too."""
@@ -301,10 +426,26 @@ class Wal:
 
     def _writable(self) -> _Segment:
         segment = self._segments[-1] if self._segments else None
-        if segment is None or self._fd < 0 or self._broken or segment.size >= self.options.segment_bytes:
+        if segment is None or self._fd < 0 or self._broken or segment.size >= self.segment_bytes:
             self._start_segment()
+            self._collect()  # the one it rolled from may hold nothing unsettled already
             segment = self._segments[-1]
         return segment
+
+    def _reclaim(self) -> bool:
+        """Roll and delete the segment being written if it is the only one left and holds nothing unsettled."""
+        self._collect()
+        segments = self._segments
+        if self._recovering or len(segments) != 1 or segments[0].refs or not segments[0].size:
+            return False
+        try:
+            self._start_segment()
+        except OSError as exc:  # no new file (no inode left, say): the next write tries again
+            self._counters.add("wal_write_errors")
+            self._log.event("wal_write_failed", directory=str(self._dir), error=str(exc))
+            return False
+        self._collect()
+        return True
 
     def _start_segment(self) -> None:
         if self._fd >= 0:
@@ -317,16 +458,18 @@ class Wal:
                 self._log.event("wal_sync_failed", directory=str(self._dir), error=str(exc))
             finally:
                 os.close(fd)
-        path = self._dir / f"{self._next_seq:020d}{_SUFFIX}"
-        while any(segment.path == path for segment in self._segments):  # after a write that could not be undone
-            self._next_seq += 1
-            path = self._dir / f"{self._next_seq:020d}{_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        segment = _Segment(path, self._next_seq, os.fstat(fd).st_size)
+        while True:  # a name taken (a file not the log's own, a write that could not be undone): the next one
+            path = self._dir / f"{self._next_seq:0{_NAME_DIGITS}d}{_SUFFIX}"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except FileExistsError:
+                self._next_seq += 1
+                continue
+            break
+        segment = _Segment(path, self._next_seq, 0)
         self._fd = fd
         self._broken = False
         self._segments.append(segment)
-        self._total += segment.size
         if self.options.fsync != "never":
             _sync_dir(self._dir)
 

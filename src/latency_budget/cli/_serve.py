@@ -71,6 +71,9 @@ def register(commands: Any) -> None:
     add("--wal-max-bytes", metavar="N", help="the log's bytes on disk; past it requests are refused (default 256 MiB)")
     add("--wal-fsync", metavar="always|interval|never", help="when the log is synced to disk (default interval)")
     add("--wal-fsync-interval", metavar="SECONDS", help="with --wal-fsync interval: how often (default 1)")
+    add("--http-max-connections", metavar="N", help="OTLP/HTTP connections at once (default 128)")
+    add("--http-header-timeout", metavar="SECONDS", help="an HTTP request's line and headers within (default 10)")
+    add("--http-body-timeout", metavar="SECONDS", help="an HTTP request's body within, then 408 (default 30)")
     parser.set_defaults(run=run)
 
 
@@ -123,6 +126,9 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=settings.get("max-request-bytes", _count, 16 * 1024 * 1024),
         shutdown_timeout_s=settings.get("shutdown-timeout", _seconds, 10.0),
         wal=wal,
+        http_max_connections=settings.get("http-max-connections", _count, 128),
+        http_header_timeout_s=settings.get("http-header-timeout", _seconds, 10.0),
+        http_body_timeout_s=settings.get("http-body-timeout", _seconds, 30.0),
     )
     if options.max_request_bytes > limits.max_bytes:
         raise CliError("serve: --max-request-bytes must not be larger than --max-bytes")
