@@ -18,11 +18,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from latency_budget._core.report import TraceReport
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
-from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
 from latency_budget.cli._stats import optimisation, summarize
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
+from latency_budget.export.file import OtlpJsonFileSpanExporter
 from latency_budget.export.sinks import report_sinks
 
 from ._common import CliError, example_epilog, load_budgets_option, raw_help
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         targets.append((otlp.label, otlp.spans))
     if args.save_traces:
         try:
-            targets.append((args.save_traces, _Counting(OtlpJsonLinesExporter(args.save_traces))))
+            targets.append((args.save_traces, _Counting(OtlpJsonFileSpanExporter(args.save_traces, append=False))))
         except OSError as exc:
             raise OutputError(f"{args.save_traces}: cannot write: {exc.strerror or exc}") from None
     downstream: SpanProcessor | None = None
