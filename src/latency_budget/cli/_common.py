@@ -38,11 +38,17 @@ Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class CliError(Exception):
-    """A user error: printed as one line, exits with ``exit_code``."""
+    """A user error: printed as one line (or one per problem of a budget file), exits with ``exit_code``."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = 2, *, lines: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.lines = lines or (message,)
+
+    @classmethod
+    def from_budgets(cls, exc: BudgetConfigError, exit_code: int = 2) -> CliError:
+        """A budget file's problems, one line each (each names file, line and key)."""
+        return cls(str(exc.problems[0]), exit_code, lines=exc.lines)
 
 
 def example_epilog(*examples: str) -> str:
@@ -64,7 +70,7 @@ def load_budgets_option(
     try:
         return load_budgets(path), path
     except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError.from_budgets(exc) from None
 
 
 def service_name(text: str) -> str:

@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
         finish_output()
     except CliError as exc:
-        _error(str(exc))
+        for line in exc.lines:
+            _error(line)
         return exc.exit_code
     except SystemExit:  # argparse: --help, --version and usage errors, as before
         _quiet_finish()

@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_budgets(args.file)
     except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError.from_budgets(exc) from None
     try:
         text, notes = rules_document(
             config,
