@@ -132,7 +132,7 @@ def register(commands: Any) -> None:
         formatter_class=raw_help(),
     )
     add_trace_arguments(parser)
-    add_budgets_argument(parser, required=True)
+    add_budgets_argument(parser, required=True, restage=True)
     add_percentile_argument(parser, purpose="the percentile each stage must keep within budget")
     parser.add_argument(
         "--max-violation-rate",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
             downstream=downstream,
             on_progress=progress.update,
             on_report=sinks,
+            resource=demo_resource(EXAMPLE_BUDGETS_NAME if args.budgets is None else None),
         )
     finally:
         progress.close()
@@ -271,7 +273,24 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     missing = len(result.requests) - len(judged)
     if missing:
         lines.append(f"Warning: the processor made no report for {missing} requests.")
+    lines += ["", *next_steps(args.save_traces)]
     return "\n".join(lines)
+
+
+def next_steps(saved: str | None) -> list[str]:
+    """What to run after the demo: look at its recording, then the three commands that bring budgets to your app."""
+    if saved:
+        look = f"latency-budget report {shlex.quote(saved)} --html report.html   # this run, by the demo's budgets"
+    else:
+        look = "latency-budget demo --save-traces demo.jsonl && latency-budget report demo.jsonl --html report.html"
+    return [
+        "Next: look at this run, then bring budgets to your own app in three commands:",
+        f"  {look}",
+        "  latency-budget init                  # 1. budgets.yaml, commented, to edit",
+        "  OTEL_LATENCY_BUDGET_FILE=budgets.yaml OTEL_LATENCY_BUDGET_TRACES_FILE=traces.jsonl \\",
+        "    opentelemetry-instrument python app.py   # 2. record your app (or configure(traces_file=...))",
+        "  latency-budget check traces.jsonl -b budgets.yaml   # 3. judge the recording",
+    ]
 
 
 def _request_heading(index: int, total: int, description: str, report: TraceReport) -> str:

@@ -13,13 +13,24 @@ from typing import NoReturn
 
 from latency_budget._encode import terminal_text
 from latency_budget._version import __version__
-from latency_budget.cli import _check, _demo, _doctor, _report, _rules, _schema, _serve, _suggest, _validate
+from latency_budget.cli import (
+    _check,
+    _demo,
+    _doctor,
+    _init,
+    _report,
+    _rules,
+    _schema,
+    _serve,
+    _suggest,
+    _validate,
+)
 from latency_budget.cli._common import EXIT_INTERNAL, CliError
 from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = (_demo, _validate, _check, _report, _suggest, _doctor, _rules, _schema, _serve)
+_SUBCOMMANDS = (_demo, _init, _validate, _check, _report, _suggest, _doctor, _rules, _schema, _serve)
 
 
 class _Parser(argparse.ArgumentParser):
