@@ -7,8 +7,11 @@ from pathlib import Path
 
 from latency_budget import load_budgets
 from latency_budget._demo import example_budgets_text
+from latency_budget.export.file import encode_otlp_json
 
 from .conftest import OTLP, assert_one_line_error, run_cli
+from .test_doctor import BUDGETS as DOCTOR_BUDGETS
+from .test_doctor import _recorded as doctor_spans
 
 
 def test_report_and_check_on_the_demo_recording_use_the_demo_budgets_and_say_so(
@@ -72,3 +75,16 @@ def test_init_from_a_recording_drafts_as_suggest_does(demo_traces: Path, tmp_pat
     assert "guardrails" in config.stage_names  # the demo's own stages, with their match rules carried over
     check = run_cli("check", demo_traces, "-b", out, "--format", "json")
     assert json.loads(check.stdout)["requests"] > 0
+
+
+def test_doctor_fix_for_a_span_in_no_stage_is_the_one_rule_to_add(tmp_path: Path) -> None:
+    """doctor's fix for AI spans in no stage is the rule to add, not the built-in rules written out first."""
+    traces, budgets = tmp_path / "t.jsonl", tmp_path / "b.yaml"
+    traces.write_text(json.dumps(encode_otlp_json(doctor_spans())) + "\n", encoding="utf-8")
+    budgets.write_text(DOCTOR_BUDGETS, encoding="utf-8")
+    result = run_cli("doctor", traces, "-b", budgets, "--format", "json")
+    assert result.returncode == 1, result.stderr
+    fix = json.loads(result.stdout)["fix"]["stages"]
+    assert fix["retrieval"] == {"match": [{"attributes": {"acme.component.type": ["BM25Retriever"]}}]}
+    assert fix["model_call"]["match"] == [{"attributes": {"acme.component.type": ["OpenAIChatGenerator"]}}]
+    assert fix["tool_calls"]["builtin"] is False  # a veto on the built-in rules writes them out, and says so
