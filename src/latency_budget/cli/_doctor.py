@@ -90,7 +90,13 @@ def register(commands: Any) -> None:
     )
     add_trace_arguments(parser, streamed=False)  # it holds every span
     add_budgets_argument(parser, required=False)
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        type=lambda name: "table" if name == "text" else name,  # its name before one set of format names
+        default="table",
+        help="output format (default: table)",
+    )
     parser.set_defaults(run=run)
 
 

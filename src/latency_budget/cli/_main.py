@@ -25,7 +25,7 @@ from latency_budget.cli import (
     _suggest,
     _validate,
 )
-from latency_budget.cli._common import EXIT_INTERNAL, CliError
+from latency_budget.cli._common import EXIT_INTERNAL, CliError, exit_status
 from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _SUBCOMMANDS:
         module.register(commands)
+    for name, subparser in commands.choices.items():
+        if "exit status:" not in (subparser.epilog or ""):
+            subparser.epilog = ((subparser.epilog or "") + "\n\n" + exit_status(name)).lstrip("\n")
     return parser
 
 

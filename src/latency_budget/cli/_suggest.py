@@ -53,7 +53,7 @@ def register(commands: Any) -> None:
         description=_DESCRIPTION,
         epilog=example_epilog(
             "latency-budget suggest traces.jsonl > budgets.yaml",
-            "latency-budget suggest traces.jsonl --budgets budgets.yaml --percentile p99 --headroom 1.5 -o new.yaml",
+            "latency-budget suggest traces.jsonl -b budgets.yaml --percentile p99 --headroom 1.5 -o new.yaml",
         ),
         formatter_class=raw_help(),
     )
