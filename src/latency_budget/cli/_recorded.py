@@ -237,7 +237,8 @@ class _Labels:
     def warn(self, source: str) -> None:
         if self.disagree:
             warn(
-                f"{source}: {plural(self.disagree, 'span')} carry a recorded latency_budget.stage label that the "
+                f"{source}: {plural(self.disagree, 'span')} {'carries' if self.disagree == 1 else 'carry'} a recorded "
+                "latency_budget.stage label that the "
                 f"budget file's rules would not give (first: {self.first}); the labels decide, as live: "
                 "--restage classifies every span by the file's rules"
             )
