@@ -15,7 +15,8 @@ class BudgetConfigError(ValueError):
     The message always starts with ``<file>:<line>: <key path>:`` so an editor or a
     CI log points straight at the offending key. A file with several problems gives one
     error holding them all, in file order: ``source``, ``line``, ``path`` and ``detail`` are
-    the first one's, ``problems`` lists every one, and the message has a line for each.
+    the first one's, ``problems`` lists every one and ``lines`` has a line for each; the
+    message stays one line (a log record), the first problem and where the others are.
     """
 
     def __init__(
@@ -30,12 +31,16 @@ class BudgetConfigError(ValueError):
         prefix = f"{where}: {visible(path)}: " if path else f"{where}: "
         first = BudgetConfigError(source, line, path, message) if more else self
         self.problems: tuple[BudgetConfigError, ...] = (first, *more)
-        super().__init__("\n".join([prefix + message, *(str(problem) for problem in more)]))
+        text = prefix + message
+        if more:
+            where = ", ".join(f"{p.line}" if p.line is not None else "-" for p in more)
+            text += f" (and {len(more)} more {'problem' if len(more) == 1 else 'problems'}, on lines {where})"
+        super().__init__(text)
 
     @property
     def lines(self) -> tuple[str, ...]:
         """One line per problem, each naming its file, line and key."""
-        return tuple(str(self).split("\n"))
+        return tuple(str(problem) for problem in self.problems)
 
     @classmethod
     def combined(cls, problems: Sequence[BudgetConfigError]) -> BudgetConfigError:
