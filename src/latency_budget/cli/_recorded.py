@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from latency_budget import _attributes as attr
@@ -266,7 +266,14 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
         reports = evaluate_spans(config, labels.apply(traces.spans))
         labels.warn(traces.source_label)
     else:
-        config, label, traces, reports = _judge_files(args, restage, levers=levers)
+        chosen: list[tuple[BudgetConfig, str]] = []
+
+        def choose(first: SpanRecord | None) -> BudgetConfig:
+            chosen.append(_config_for(args, first))
+            return chosen[0][0]
+
+        traces, reports = _judge_files(args, choose, levers=levers, restage=restage)
+        config, label = chosen[0]
     if not reports and not config.every_root:
         if config.requests is not None:
             rules, fix = "the 'requests' rules", "check its requests rules"
@@ -304,14 +311,20 @@ def _check_files_args(args: argparse.Namespace) -> None:
 
 
 def _judge_files(
-    args: argparse.Namespace, restage: bool, *, levers: bool = True
-) -> tuple[BudgetConfig, str, TraceSet, list[TraceReport]]:
+    args: argparse.Namespace,
+    config_for: BudgetConfig | Callable[[SpanRecord | None], BudgetConfig],
+    *,
+    levers: bool = True,
+    restage: bool = False,
+) -> tuple[TraceSet, list[TraceReport]]:
     """Read the trace files and judge them trace by trace as they close; the reports in root start order.
 
     Of each trace only its reports are kept, and the spans of the slowest request (the
     first of the slowest, in report order, as the HTML page picks it). A report's calls
     are read as the trace closes (the levers would read them all later), so the spans'
     attributes they were read from go with the trace; without ``levers`` none are kept.
+    ``config_for`` is the config, or chooses it from the first span read (the demo's recording
+    names its budgets). ``restage`` drops the recorded stage labels (see :class:`_Labels`).
     """
     _check_files_args(args)
     window = TraceWindow(args.window)
@@ -342,7 +355,8 @@ def _judge_files(
         with _fewer_collections():
             batches = parse_trace_files(args.traces, _limits(args), advance if progress.enabled else None)
             head = _first_batch(batches)
-            config, label = _config_for(args, head[0].record if head else None)
+            first = head[0].record if head else None
+            config = config_for if isinstance(config_for, BudgetConfig) else config_for(first)
             labels = _Labels(config, restage)
             for batch in itertools.chain([head] if head else [], batches):
                 for records in window.add(batch):
@@ -364,7 +378,7 @@ def _judge_files(
             f"{args.window:,} spans after the rest of their trace, which had been judged without them "
             f"(first at {window.first_late}); raise --window to judge them together"
         )
-    return config, label, traces, [report for *_, report in judged]
+    return traces, [report for *_, report in judged]
 
 
 def _first_batch(batches: Iterator[list[ParsedSpan]]) -> list[ParsedSpan]:
