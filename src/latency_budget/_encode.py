@@ -134,16 +134,33 @@ def shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
-_MARKDOWN_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+# What can start markup anywhere in a line: code spans, emphasis, links and images, autolinks and raw
+# HTML, entities, GFM tables and strikethrough, GitHub's math; and the escape itself.
+_MARKDOWN_INLINE = frozenset("\\`*_[]<>!&|~$")
+# GFM's extended autolinks: ``www.``, ``scheme://`` and e-mail addresses.
+_MARKDOWN_AUTOLINK = re.compile(r"(?i)(?<=www)\.|:(?=//)|@")
+# At the start of a line (after up to three spaces): headings, lists, quotes, thematic breaks, setext underlines.
+_MARKDOWN_LINE_START = re.compile(r"( {0,3})([#+\-=>]|\d{1,9}(?=[.)]))")
 
 
 def markdown_text(text: str) -> str:
-    """Inline Markdown that renders as ``text``: every ASCII punctuation character backslash-escaped.
+    """Inline Markdown that renders as ``text``, escaping only what Markdown would read as markup.
 
-    No link, image, autolink, HTML, emphasis or code span can start inside it, and it
-    stays on one line (line breaks are shown escaped).
+    No link, image, autolink, HTML, entity, emphasis, strikethrough, math or code span can
+    start inside it, nor a heading, list or quote where it starts a line; it stays on one
+    line (line breaks are shown escaped). Other punctuation, such as ``(16 traces, 80 spans)``,
+    is left as it is.
     """
-    return "".join("\\" + char if char in _MARKDOWN_PUNCTUATION else char for char in visible(text))
+    shown = "".join("\\" + char if char in _MARKDOWN_INLINE else char for char in visible(text))
+    shown = _MARKDOWN_AUTOLINK.sub(lambda found: "\\" + found.group(), shown)
+    start = _MARKDOWN_LINE_START.match(shown)
+    if start is not None:
+        spaces, marker = start.groups()
+        if marker[0].isdigit():  # an ordered list's number: escape the . or ) after it
+            cut = start.end()
+            return shown[:cut] + "\\" + shown[cut:]
+        return spaces + "\\" + shown[len(spaces) :]
+    return shown
 
 
 def markdown_cell(text: str) -> str:

@@ -171,7 +171,7 @@ def test_unreachable_jaeger_names_the_url() -> None:
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["check", OTLP], ["the following arguments are required: --budgets/-b", "(see latency-budget check --help)"]),
+        (["check", OTLP], ["--budgets FILE is needed to check a recording other than the demo's", "init"]),
         (
             ["check", "/nonexistent.jsonl", "-b", BUDGETS],
             ["/nonexistent.jsonl: cannot read: No such file or directory"],

@@ -222,7 +222,7 @@ def test_saved_traces_judge_the_same_as_the_live_run(tmp_path: Path) -> None:
     assert f"Exported {_spans_in(saved)} spans to {saved}" in demo.stderr
     report = run_cli("report", saved, "--budgets", Path(__file__).parents[2] / "budgets.example.yaml")
     assert report.returncode == 0, report.stderr
-    live_summary = demo.stdout[demo.stdout.index("Profile | Stage") :]
+    live_summary = demo.stdout[demo.stdout.index("Profile | Stage") : demo.stdout.index("\nNext:") + 1]
     recorded_summary = report.stdout[report.stdout.index("Profile | Stage") :]
     # The same table, closing lines and levers (the report goes on with models and context size).
     assert "Where to win, estimated over 80 requests" in live_summary

@@ -89,9 +89,10 @@ def test_terminal_text_shows_controls_and_bidi_escaped() -> None:
     assert visible("plain text") == "plain text"
 
 
-def test_markdown_text_escapes_every_ascii_punctuation() -> None:
-    """Inline Markdown: every ASCII punctuation character is backslash-escaped, line breaks shown escaped."""
-    assert markdown_text("![t](u) <b>|x\n") == "\\!\\[t\\]\\(u\\) \\<b\\>\\|x\\\\x0a"
+def test_markdown_text_escapes_what_starts_markup_only() -> None:
+    """Inline Markdown: what starts markup is backslash-escaped, other punctuation is not; line breaks shown escaped."""
+    assert markdown_text("![t](u) <b>|x\n") == "\\!\\[t\\](u) \\<b\\>\\|x\\\\x0a"
+    assert markdown_text("(16 traces, 80 spans)") == "(16 traces, 80 spans)"
 
 
 def test_markdown_cells_are_code_spans_with_a_longer_fence() -> None:

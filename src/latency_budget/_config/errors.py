@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from latency_budget._encode import visible
 
 __all__ = ["BudgetConfigError", "describe_value"]
@@ -11,10 +13,15 @@ class BudgetConfigError(ValueError):
     """A budget file (or text) that cannot be used.
 
     The message always starts with ``<file>:<line>: <key path>:`` so an editor or a
-    CI log points straight at the offending key.
+    CI log points straight at the offending key. A file with several problems gives one
+    error holding them all, in file order: ``source``, ``line``, ``path`` and ``detail`` are
+    the first one's, ``problems`` lists every one and ``lines`` has a line for each; the
+    message stays one line (a log record), the first problem and where the others are.
     """
 
-    def __init__(self, source: str, line: int | None, path: str, message: str) -> None:
+    def __init__(
+        self, source: str, line: int | None, path: str, message: str, *, more: Sequence[BudgetConfigError] = ()
+    ) -> None:
         self.source = source
         self.line = line
         self.path = path
@@ -22,7 +29,27 @@ class BudgetConfigError(ValueError):
         # Keys and paths are shown escaped: a key holding ESC or a newline cannot reach a terminal raw.
         where = f"{visible(source)}:{line}" if line is not None else visible(source)
         prefix = f"{where}: {visible(path)}: " if path else f"{where}: "
-        super().__init__(prefix + message)
+        first = BudgetConfigError(source, line, path, message) if more else self
+        self.problems: tuple[BudgetConfigError, ...] = (first, *more)
+        text = prefix + message
+        if more:
+            where = ", ".join(f"{p.line}" if p.line is not None else "-" for p in more)
+            text += f" (and {len(more)} more {'problem' if len(more) == 1 else 'problems'}, on lines {where})"
+        super().__init__(text)
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """One line per problem, each naming its file, line and key."""
+        return tuple(str(problem) for problem in self.problems)
+
+    @classmethod
+    def combined(cls, problems: Sequence[BudgetConfigError]) -> BudgetConfigError:
+        """One error for several problems (at least one), ordered by line."""
+        ordered = sorted(problems, key=lambda p: p.line if p.line is not None else 0)
+        first = ordered[0]
+        if len(ordered) == 1:
+            return first
+        return cls(first.source, first.line, first.path, first.detail, more=ordered[1:])
 
 
 def describe_value(value: object, *, mapping: str = "a mapping", null: str = "nothing (null)") -> str:

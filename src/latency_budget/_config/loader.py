@@ -6,9 +6,9 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from opentelemetry.trace import SpanKind
 
@@ -65,6 +65,7 @@ _TOP_KEYS = (
     "profiles",
 )
 _STAGE_KEYS = (
+    "builtin",
     "budget_ms",
     "first_token_ms",
     "max_calls",
@@ -92,6 +93,10 @@ _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
 _RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "resource", "unless")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 _HINTS_KEYS = ("min_saving_ms",)
+# Problems listed before the loader stops looking: enough for any real file, bounded for a hostile one.
+MAX_PROBLEMS = 50
+
+_T = TypeVar("_T")
 
 
 def load_budgets(
@@ -99,8 +104,9 @@ def load_budgets(
 ) -> BudgetConfig:
     """Load and validate a budget file from ``path``, or YAML ``text``.
 
-    Raises :class:`BudgetConfigError` whose message names the file, the line and the
-    key path of the first problem found. ``source`` names the text in messages.
+    Raises :class:`BudgetConfigError` naming the file, the line and the key path of
+    every problem found (up to ``MAX_PROBLEMS``; ``problems`` lists them, the message has
+    a line for each). ``source`` names the text in messages.
     """
     if (path is None) == (text is None):
         raise TypeError("load_budgets() takes a path or text=..., not both")
@@ -117,23 +123,43 @@ def as_config(budgets: BudgetConfig | str | os.PathLike[str]) -> BudgetConfig:
     return budgets if isinstance(budgets, BudgetConfig) else load_budgets(budgets)
 
 
+class _Skip(Exception):
+    """A problem was recorded: the value being built is left out, and loading goes on to the next."""
+
+
 class _Builder:
+    """Builds the config, recording every problem and skipping the part it spoils, then raising them all."""
+
     def __init__(self, source: str) -> None:
         self.source = source
         self.rule_count = 0
+        self.problems: list[BudgetConfigError] = []
 
     # -- error helpers ---------------------------------------------------------------
 
     def fail(self, line: int | None, path: str, message: str) -> NoReturn:
-        raise BudgetConfigError(self.source, line, path, message)
+        self.note(line, path, message)
+        raise _Skip
+
+    def note(self, line: int | None, path: str, message: str) -> None:
+        """Record a problem and go on (at ``MAX_PROBLEMS``, stop with all of them)."""
+        self.problems.append(BudgetConfigError(self.source, line, path, message))
+        if len(self.problems) >= MAX_PROBLEMS:
+            raise BudgetConfigError.combined(self.problems)
+
+    def attempt(self, build: Callable[[], _T], fallback: _T) -> _T:
+        """``build()``, or ``fallback`` when it recorded a problem."""
+        try:
+            return build()
+        except _Skip:
+            return fallback
 
     def check_keys(self, mapping: LocatedDict, allowed: Iterable[str], path: str) -> None:
+        """Record each unknown key (with the closest known one); the known keys are still read."""
         allowed = tuple(allowed)
         for key, line in mapping.key_lines.items():
             if key not in allowed:
-                hint = difflib.get_close_matches(key, allowed, n=1)
-                suggestion = f"; did you mean '{hint[0]}'?" if hint else f"; expected one of: {', '.join(allowed)}"
-                self.fail(line, _join(path, key), f"unknown key{suggestion}")
+                self.note(line, _join(path, key), f"unknown key{_did_you_mean(key, allowed, 'expected one of')}")
 
     def mapping(self, value: Any, line: int | None, path: str) -> LocatedDict:
         if not isinstance(value, LocatedDict):
@@ -210,6 +236,15 @@ class _Builder:
     # -- document --------------------------------------------------------------------
 
     def build(self, document: Any) -> BudgetConfig:
+        try:
+            config = self.document(document)
+        except _Skip:
+            config = None
+        if self.problems or config is None:
+            raise BudgetConfigError.combined(self.problems)
+        return config
+
+    def document(self, document: Any) -> BudgetConfig:
         if document is None:
             self.fail(None, "", "the budget file is empty (expected at least 'version: 1')")
         doc = self.mapping(document, 1, "")
@@ -220,34 +255,43 @@ class _Builder:
         if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
             self.fail(doc.key_lines["version"], "version", f"unsupported version {_describe(version)}; expected 1")
 
-        objective = self.optional_objective(doc, "objective", "", None)
+        objective = self.attempt(lambda: self.optional_objective(doc, "objective", "", None), None)
         definitions, default_stages = self.stages(doc, objective)
-        total_ms = self.optional_number(doc, "total_ms", "")
-        first_token_ms = self.optional_number(doc, "first_token_ms", "")
-        severity = (
-            self.severity(doc["severity"], doc.key_lines["severity"], "severity") if "severity" in doc else "error"
-        )
+        total_ms = self.attempt(lambda: self.optional_number(doc, "total_ms", ""), None)
+        first_token_ms = self.attempt(lambda: self.optional_number(doc, "first_token_ms", ""), None)
+        severity: Severity = "error"
+        if "severity" in doc:
+            severity = self.attempt(
+                lambda: self.severity(doc["severity"], doc.key_lines["severity"], "severity"), "error"
+            )
         default = BudgetSet(
             profile=DEFAULT_PROFILE,
             stages=default_stages,
             total_ms=total_ms if total_ms is not None else _sum_budgets(default_stages),
             first_token_ms=first_token_ms,
             severity=severity,
-            total_objective=self.optional_objective(doc, "total_objective", "", objective),
-            first_token_objective=self.optional_objective(doc, "first_token_objective", "", objective),
-            min_saving_ms=self.hints(doc, "", DEFAULT_MIN_SAVING_MS),
+            total_objective=self.attempt(lambda: self.optional_objective(doc, "total_objective", "", objective), None),
+            first_token_objective=self.attempt(
+                lambda: self.optional_objective(doc, "first_token_objective", "", objective), None
+            ),
+            min_saving_ms=self.attempt(lambda: self.hints(doc, "", DEFAULT_MIN_SAVING_MS), DEFAULT_MIN_SAVING_MS),
         )
         profiles = self.profiles(doc, default)
         requests = None
         every_root = doc.get("requests") == "all"  # every local root is a request, start-up work included
         if "requests" in doc and not every_root:
             if isinstance(doc["requests"], str):
-                self.fail(
+                self.note(
                     doc.key_lines["requests"],
                     "requests",
                     f"expected all, a rule or a list of rules, got {doc['requests']!r}",
                 )
-            requests = self.rules(doc["requests"], doc.key_lines["requests"], "requests")
+            else:
+                requests = self.attempt(
+                    lambda: self.rules(doc["requests"], doc.key_lines["requests"], "requests"), None
+                )
+        if self.problems:
+            raise _Skip
         return BudgetConfig(
             source=self.source,
             stages=definitions,
@@ -283,7 +327,8 @@ class _Builder:
         if "stages" not in doc:
             # No stages: track the GenAI stages with the built-in matchers, judge nothing per stage.
             definitions = tuple(
-                StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN) for name in BUILTIN_STAGES
+                StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN, builtin=True)
+                for name in BUILTIN_STAGES
             )
             budgets = tuple(
                 StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
@@ -300,42 +345,52 @@ class _Builder:
         for name, body in stages.items():
             line = stages.key_lines[name]
             path = f"stages.{name}"
-            if name in RESERVED_STAGE_NAMES:
-                self.fail(line, path, f"'{name}' is a reserved name; choose another stage name")
-            if not _STAGE_NAME.match(name):
-                self.fail(line, path, "stage names must match [a-z][a-z0-9_]* (lowercase, digits, underscores)")
-            spec = self.mapping(body, line, path)
-            self.check_keys(spec, _STAGE_KEYS, path)
-            definitions_list.append(self.stage_definition(name, spec, line, path))
-            budgets_list.append(
-                self.stage_budget(
-                    name,
-                    spec,
-                    StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective),
-                    path,
-                )
-            )
+
+            def one(name: str = name, body: Any = body, line: int = line, path: str = path) -> None:
+                if name in RESERVED_STAGE_NAMES:
+                    self.fail(line, path, f"'{name}' is a reserved name; choose another stage name")
+                if not _STAGE_NAME.match(name):
+                    self.fail(line, path, "stage names must match [a-z][a-z0-9_]* (lowercase, digits, underscores)")
+                spec = self.mapping(body, line, path)
+                self.check_keys(spec, _STAGE_KEYS, path)
+                base = StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
+                budget = self.stage_budget(name, spec, base, path)
+                definitions_list.append(self.stage_definition(name, spec, line, path))
+                budgets_list.append(budget)
+
+            self.attempt(one, None)
         return tuple(definitions_list), tuple(budgets_list)
 
     def stage_definition(self, name: str, spec: LocatedDict, line: int, path: str) -> StageDefinition:
+        """The stage's rules: its own ``match``, then the built-in ones unless ``builtin: false``."""
+        builtin = builtin_rules(name)
+        keep_builtin = builtin is not None
+        if "builtin" in spec:
+            bline = spec.key_lines["builtin"]
+            keep_builtin = self.boolean(spec["builtin"], bline, f"{path}.builtin")
+            if builtin is None:
+                known = _did_you_mean(name, BUILTIN_STAGES, "the built-in stages are")
+                self.fail(bline, f"{path}.builtin", f"'{name}' has no built-in rules{known}")
+        own: tuple[MatchRule, ...] = ()
         if "match" in spec:
-            rules = self.rules(spec["match"], spec.key_lines["match"], f"{path}.match")
-        else:
-            builtin = builtin_rules(name)
+            own = self.rules(spec["match"], spec.key_lines["match"], f"{path}.match")
+        elif not keep_builtin:
             if builtin is None:
                 self.fail(
                     line,
                     path,
-                    f"no 'match' rules; only the built-in stages ({', '.join(BUILTIN_STAGES)}) may omit them",
+                    f"no 'match' rules; only the built-in stages ({', '.join(BUILTIN_STAGES)}) may omit them"
+                    + _did_you_mean(name, BUILTIN_STAGES, "", quiet=True),
                 )
-            rules = builtin
+            self.fail(spec.key_lines["builtin"], f"{path}.builtin", "false leaves the stage no rules; add 'match'")
+        added = tuple(rule for rule in builtin or () if rule not in own) if keep_builtin else ()
         first_token = DEFAULT_FIRST_TOKEN
         if "first_token" in spec:
             first_token = (
                 self.first_token(spec["first_token"], spec.key_lines["first_token"], f"{path}.first_token")
                 + DEFAULT_FIRST_TOKEN
             )
-        return StageDefinition(name, rules, first_token)
+        return StageDefinition(name, own + added, first_token, builtin=keep_builtin)
 
     def stage_budget(self, name: str, spec: LocatedDict, base: StageBudget, path: str) -> StageBudget:
         def get(key: str) -> tuple[Any, int]:
@@ -343,20 +398,24 @@ class _Builder:
 
         budget_ms = base.budget_ms
         if "budget_ms" in spec:
-            budget_ms = self.positive_number(*get("budget_ms"), f"{path}.budget_ms")
+            budget_ms = self.attempt(lambda: self.positive_number(*get("budget_ms"), f"{path}.budget_ms"), None)
         first_token_ms = base.first_token_ms
         if "first_token_ms" in spec:
-            first_token_ms = self.positive_number(*get("first_token_ms"), f"{path}.first_token_ms")
+            first_token_ms = self.attempt(
+                lambda: self.positive_number(*get("first_token_ms"), f"{path}.first_token_ms"), None
+            )
         max_calls = base.max_calls
         if "max_calls" in spec:
-            max_calls = self.positive_int(*get("max_calls"), f"{path}.max_calls")
+            max_calls = self.attempt(lambda: self.positive_int(*get("max_calls"), f"{path}.max_calls"), None)
         severity = base.severity
         if "severity" in spec:
-            severity = self.severity(*get("severity"), f"{path}.severity")
+            severity = self.attempt(lambda: self.severity(*get("severity"), f"{path}.severity"), severity)
         parallelizable = base.parallelizable
         if "parallelizable" in spec:
-            parallelizable = self.boolean(*get("parallelizable"), f"{path}.parallelizable")
-        objective = self.optional_objective(spec, "objective", path, base.objective)
+            parallelizable = self.attempt(
+                lambda: self.boolean(*get("parallelizable"), f"{path}.parallelizable"), parallelizable
+            )
+        objective = self.attempt(lambda: self.optional_objective(spec, "objective", path, base.objective), None)
         return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective)
 
     # -- match rules -----------------------------------------------------------------
@@ -366,10 +425,18 @@ class _Builder:
             return (self.rule(value, path),)
         if not isinstance(value, LocatedList) or not value:
             self.fail(line, path, f"expected a rule or a non-empty list of rules, got {_describe(value)}")
-        return tuple(
-            self.rule(self.mapping(item, item_line, f"{path}[{i}]"), f"{path}[{i}]")
+        rules = [
+            self.attempt(
+                lambda item=item, item_line=item_line, i=i: self.rule(  # type: ignore[misc]
+                    self.mapping(item, item_line, f"{path}[{i}]"), f"{path}[{i}]"
+                ),
+                None,
+            )
             for i, (item, item_line) in enumerate(zip(value, value.item_lines, strict=True))
-        )
+        ]
+        if None in rules:
+            raise _Skip  # recorded; the stage is left out rather than judged by some of its rules
+        return tuple(rule for rule in rules if rule is not None)
 
     def rule(self, spec: LocatedDict, path: str) -> MatchRule:
         self.rule_count += 1
@@ -476,65 +543,89 @@ class _Builder:
         names: dict[str, int] = {}
         profiles: list[Profile] = []
         for i, (item, item_line) in enumerate(zip(items, items.item_lines, strict=True)):
-            path = f"profiles[{i}]"
-            spec = self.mapping(item, item_line, path)
-            self.check_keys(spec, _PROFILE_KEYS, path)
-            for required in ("name", "when"):
-                if required not in spec:
-                    self.fail(spec.line, f"{path}.{required}", "missing")
-            name = self.string(spec["name"], spec.key_lines["name"], f"{path}.name")
-            if name == DEFAULT_PROFILE or not _PROFILE_NAME.match(name):
-                self.fail(
-                    spec.key_lines["name"],
-                    f"{path}.name",
-                    f"invalid profile name {name!r} (letters, digits, '_', '.', '-'; not 'default')",
-                )
-            if name in names:
-                self.fail(
-                    spec.key_lines["name"],
-                    f"{path}.name",
-                    f"duplicate profile '{name}' (first defined on line {names[name]})",
-                )
-            names[name] = spec.key_lines["name"]
-            when = self.rule(self.mapping(spec["when"], spec.key_lines["when"], f"{path}.when"), f"{path}.when")
-            stages = list(default.stages)
-            if "stages" in spec:
-                overrides = self.mapping(spec["stages"], spec.key_lines["stages"], f"{path}.stages")
-                index = {budget.name: n for n, budget in enumerate(stages)}
-                for stage, body in overrides.items():
-                    sline, spath = overrides.key_lines[stage], f"{path}.stages.{stage}"
-                    if stage not in index:
-                        hint = difflib.get_close_matches(stage, list(index), n=1)
-                        suffix = f"; did you mean '{hint[0]}'?" if hint else f"; stages are: {', '.join(index)}"
-                        self.fail(sline, spath, f"profile overrides unknown stage '{stage}'{suffix}")
+            found = self.attempt(
+                lambda i=i, item=item, item_line=item_line: self.profile(  # type: ignore[misc]
+                    i, item, item_line, names, default
+                ),
+                None,
+            )
+            if found is not None:
+                profiles.append(found)
+        return tuple(profiles)
+
+    def profile(self, i: int, item: Any, item_line: int, names: dict[str, int], default: BudgetSet) -> Profile:
+        """``profiles[i]``; ``names`` holds the line of each profile name seen so far."""
+        path = f"profiles[{i}]"
+        spec = self.mapping(item, item_line, path)
+        self.check_keys(spec, _PROFILE_KEYS, path)
+        for required in ("name", "when"):
+            if required not in spec:
+                self.fail(spec.line, f"{path}.{required}", "missing")
+        name = self.string(spec["name"], spec.key_lines["name"], f"{path}.name")
+        if name == DEFAULT_PROFILE or not _PROFILE_NAME.match(name):
+            self.fail(
+                spec.key_lines["name"],
+                f"{path}.name",
+                f"invalid profile name {name!r} (letters, digits, '_', '.', '-'; not 'default')",
+            )
+        if name in names:
+            self.fail(
+                spec.key_lines["name"],
+                f"{path}.name",
+                f"duplicate profile '{name}' (first defined on line {names[name]})",
+            )
+        names[name] = spec.key_lines["name"]
+        when = self.rule(self.mapping(spec["when"], spec.key_lines["when"], f"{path}.when"), f"{path}.when")
+        stages = list(default.stages)
+        if "stages" in spec:
+            overrides = self.mapping(spec["stages"], spec.key_lines["stages"], f"{path}.stages")
+            index = {budget.name: n for n, budget in enumerate(stages)}
+            for stage, body in overrides.items():
+                sline, spath = overrides.key_lines[stage], f"{path}.stages.{stage}"
+                if stage not in index:
+                    suffix = _did_you_mean(stage, list(index), "stages are")
+                    self.note(sline, spath, f"profile overrides unknown stage '{stage}'{suffix}")
+                    continue
+
+                def override_one(stage: str = stage, body: Any = body, sline: int = sline, spath: str = spath) -> None:
                     override = self.mapping(body, sline, spath)
                     self.check_keys(override, _OVERRIDE_KEYS, spath)
                     stages[index[stage]] = self.stage_budget(stage, override, stages[index[stage]], spath)
-            effective = tuple(stages)
-            total_ms = self.optional_number(spec, "total_ms", path)
-            first_token_ms = self.optional_number(spec, "first_token_ms", path)
-            severity = default.severity
-            if "severity" in spec:
-                severity = self.severity(spec["severity"], spec.key_lines["severity"], f"{path}.severity")
-            budgets = BudgetSet(
-                profile=name,
-                stages=effective,
-                total_ms=total_ms if total_ms is not None else _sum_budgets(effective),
-                first_token_ms=first_token_ms if first_token_ms is not None else default.first_token_ms,
-                severity=severity,
-                total_objective=self.optional_objective(spec, "total_objective", path, default.total_objective),
-                first_token_objective=self.optional_objective(
-                    spec, "first_token_objective", path, default.first_token_objective
-                ),
-                min_saving_ms=self.hints(spec, path, default.min_saving_ms),
-            )
-            profiles.append(Profile(name=name, when=when, budgets=budgets))
-        return tuple(profiles)
+
+                self.attempt(override_one, None)
+        effective = tuple(stages)
+        total_ms = self.optional_number(spec, "total_ms", path)
+        first_token_ms = self.optional_number(spec, "first_token_ms", path)
+        severity = default.severity
+        if "severity" in spec:
+            severity = self.severity(spec["severity"], spec.key_lines["severity"], f"{path}.severity")
+        budgets = BudgetSet(
+            profile=name,
+            stages=effective,
+            total_ms=total_ms if total_ms is not None else _sum_budgets(effective),
+            first_token_ms=first_token_ms if first_token_ms is not None else default.first_token_ms,
+            severity=severity,
+            total_objective=self.optional_objective(spec, "total_objective", path, default.total_objective),
+            first_token_objective=self.optional_objective(
+                spec, "first_token_objective", path, default.first_token_objective
+            ),
+            min_saving_ms=self.hints(spec, path, default.min_saving_ms),
+        )
+        return Profile(name=name, when=when, budgets=budgets)
 
 
 def _sum_budgets(stages: tuple[StageBudget, ...]) -> float | None:
     budgets = [stage.budget_ms for stage in stages if stage.budget_ms is not None]
     return sum(budgets) if budgets else None
+
+
+def _did_you_mean(name: str, known: Iterable[str], listing: str, *, quiet: bool = False) -> str:
+    """``; did you mean 'x'?`` for the closest of ``known`` (difflib), else ``; LISTING: a, b`` (nothing if quiet)."""
+    known = tuple(known)
+    hint = difflib.get_close_matches(name, known, n=1)
+    if hint:
+        return f"; did you mean '{hint[0]}'?"
+    return "" if quiet or not known else f"; {listing}: {', '.join(known)}"
 
 
 def _join(path: str, key: str) -> str:

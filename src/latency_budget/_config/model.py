@@ -87,11 +87,16 @@ class StageBudget:
 
 @dataclass(frozen=True, slots=True)
 class StageDefinition:
-    """How spans of a stage are recognised; shared by every profile."""
+    """How spans of a stage are recognised; shared by every profile.
+
+    ``rules`` are the stage's own ``match`` rules followed, when ``builtin`` is true, by
+    the built-in rules of its name (``builtin: false`` in the file leaves them out).
+    """
 
     name: str
     rules: tuple[MatchRule, ...]
     first_token: tuple[FirstTokenSource, ...] = ()
+    builtin: bool = False
     # The attributes ``first_token`` reads, and its event sources in order: a span that
     # carries none of those attributes (most stage spans) is read from the events alone,
     # without a pass over every source (trace_state.end_span).

@@ -10,9 +10,16 @@ from __future__ import annotations
 from importlib import resources
 
 from latency_budget._config import BudgetConfig, load_budgets
-from latency_budget._demo.run import DemoRun, run_demo
+from latency_budget._demo.run import DEMO_BUDGETS_ATTRIBUTE, DemoRun, run_demo
 
-__all__ = ["EXAMPLE_BUDGETS_NAME", "DemoRun", "example_budgets", "example_budgets_text", "run_demo"]
+__all__ = [
+    "DEMO_BUDGETS_ATTRIBUTE",
+    "EXAMPLE_BUDGETS_NAME",
+    "DemoRun",
+    "example_budgets",
+    "example_budgets_text",
+    "run_demo",
+]
 
 EXAMPLE_BUDGETS_NAME = "budgets.example.yaml"
 

@@ -33,7 +33,11 @@ from latency_budget._demo.scenario import PlannedSpan, RequestInfo, plan_request
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget._version import __version__
 
-__all__ = ["DEMO_SERVICE_NAME", "DemoRun", "demo_resource", "run_demo", "schedule"]
+__all__ = ["DEMO_BUDGETS_ATTRIBUTE", "DEMO_SERVICE_NAME", "DemoRun", "demo_resource", "run_demo", "schedule"]
+
+# A resource attribute of the demo's spans when it ran with its own budgets, naming them: `check` and
+# `report` judge such a recording by those budgets when no -b is given.
+DEMO_BUDGETS_ATTRIBUTE = "latency_budget.demo.budgets"
 
 DEMO_SERVICE_NAME = "support-assistant"
 THINK_TIME = Latency(25, 0.8, floor_ms=1)  # a simulated user's pause between two requests
@@ -94,12 +98,16 @@ class _SeededIds(IdGenerator):
             self.current.reset(token)
 
 
-def demo_resource() -> Resource:
+def demo_resource(budgets: str | None = None) -> Resource:
     """The SDK's default resource, named ``support-assistant`` unless the environment names the service.
 
-    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply, as in any SDK setup.
+    ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES`` apply, as in any SDK setup. ``budgets``
+    names the demo's built-in budgets it ran with (:data:`DEMO_BUDGETS_ATTRIBUTE`).
     """
-    resource = Resource.create({"service.version": __version__, "deployment.environment.name": "demo"})
+    own = {"service.version": __version__, "deployment.environment.name": "demo"}
+    if budgets is not None:
+        own[DEMO_BUDGETS_ATTRIBUTE] = budgets
+    resource = Resource.create(own)
     service = resource.attributes.get("service.name")
     if not isinstance(service, str) or service.startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": DEMO_SERVICE_NAME}))

@@ -13,12 +13,14 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk._configuration import _initialize_components, _OTelSDKConfigurator
+from opentelemetry.sdk.trace import TracerProvider
 
 from latency_budget._instrument.install import (
     ExportWrapper,
     install_on_provider,
     load_config,
     mark_installed,
+    recording_processor,
     report_failure,
 )
 from latency_budget._instrument.settings import CONFIGURATOR_NAME, read_settings
@@ -69,6 +71,10 @@ class LatencyBudgetConfigurator(_OTelSDKConfigurator):
                 # No exporter went through the hook (no trace exporter, OTEL_CONFIG_FILE,
                 # or an SDK before 1.40): give the finished provider budgets instead.
                 install_on_provider(provider, wrapper.config, wrapper.settings)
+            # After the routes above, which feed the log and metric sinks: the recording feeds none.
+            recording = recording_processor(wrapper.config, wrapper.settings)
+            if recording is not None and isinstance(provider, TracerProvider):
+                provider.add_span_processor(recording)
         except Exception as exc:
             report_failure("configurator", exc)
 

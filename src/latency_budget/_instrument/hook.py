@@ -12,7 +12,7 @@ import logging
 from opentelemetry import trace
 
 from latency_budget import _guard
-from latency_budget._instrument.install import install_on_provider, load_config, report_failure
+from latency_budget._instrument.install import install_on_provider, load_config, recording_processor, report_failure
 from latency_budget._instrument.settings import CONFIGURATOR_NAME, read_settings
 
 __all__ = ["post_instrument"]
@@ -32,7 +32,12 @@ def post_instrument(**_: object) -> None:
         config = load_config(settings)
         if config is None:
             return
-        result = install_on_provider(trace.get_tracer_provider(), config, settings)
+        provider = trace.get_tracer_provider()
+        result = install_on_provider(provider, config, settings)
+        if result in ("wrapped", "added"):
+            recording = recording_processor(config, settings)
+            if recording is not None:
+                provider.add_span_processor(recording)  # type: ignore[attr-defined]
         if result == "added":
             _guard.log_once(
                 "post-instrument-added",

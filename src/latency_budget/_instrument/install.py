@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcess
 
 from latency_budget import _guard
 from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
-from latency_budget._instrument.settings import ENV_FILE, Settings
+from latency_budget._instrument.settings import ENV_FILE, ENV_TRACES_FILE, Settings
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "install_on_provider",
     "load_config",
     "mark_installed",
+    "recording_processor",
     "report_failure",
     "report_sinks",
 ]
@@ -82,6 +83,31 @@ def _budget_processor(
         max_spans_per_trace=settings.max_spans_per_trace,
         idle_ttl_s=settings.idle_ttl_s,
     )
+
+
+def recording_processor(config: BudgetConfig, settings: Settings) -> SpanProcessor | None:
+    """The budget processor in front of the file that ``OTEL_LATENCY_BUDGET_TRACES_FILE`` names, or None.
+
+    It feeds no log or metric sinks: the budget processor in front of the application's own
+    exporter does. A file that cannot be opened is logged once and not recorded.
+    """
+    if settings.traces_file is None:
+        return None
+    from latency_budget.export.file import OtlpJsonFileSpanExporter  # noqa: PLC0415 (only when asked for)
+
+    try:
+        exporter = OtlpJsonFileSpanExporter(settings.traces_file)
+    except OSError as exc:
+        _guard.log_once(
+            ("traces-file", settings.traces_file),
+            logging.ERROR,
+            "latency_budget: %s=%r cannot be written (%s); spans are not recorded",
+            ENV_TRACES_FILE,
+            settings.traces_file,
+            exc.strerror or exc,
+        )
+        return None
+    return _budget_processor(config, settings, BatchSpanProcessor(exporter), [])
 
 
 class ExportWrapper:

@@ -25,6 +25,7 @@ __all__ = [
     "ENV_MAX_ACTIVE_TRACES",
     "ENV_MAX_SPANS_PER_TRACE",
     "ENV_METRICS_ENABLED",
+    "ENV_TRACES_FILE",
     "Settings",
     "read_settings",
 ]
@@ -39,6 +40,8 @@ ENV_MAX_SPANS_PER_TRACE = "OTEL_LATENCY_BUDGET_MAX_SPANS_PER_TRACE"
 ENV_IDLE_TTL = "OTEL_LATENCY_BUDGET_IDLE_TTL"
 ENV_LOGS_ENABLED = "OTEL_LATENCY_BUDGET_LOGS_ENABLED"
 ENV_METRICS_ENABLED = "OTEL_LATENCY_BUDGET_METRICS_ENABLED"
+# Also record the annotated spans to this file as OTLP JSON lines (what `latency-budget check` reads).
+ENV_TRACES_FILE = "OTEL_LATENCY_BUDGET_TRACES_FILE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class Settings:
     idle_ttl_s: float = 300.0
     logs: bool = True
     metrics: bool = True
+    traces_file: str | None = None
 
 
 def read_settings(env: Mapping[str, str] | None = None) -> Settings | None:
@@ -71,6 +75,7 @@ def read_settings(env: Mapping[str, str] | None = None) -> Settings | None:
         idle_ttl_s=_positive_ms(env, ENV_IDLE_TTL, defaults.idle_ttl_s * 1000) / 1000,
         logs=_boolean(env, ENV_LOGS_ENABLED, default=defaults.logs),
         metrics=_boolean(env, ENV_METRICS_ENABLED, default=defaults.metrics),
+        traces_file=env.get(ENV_TRACES_FILE, "").strip() or None,
     )
 
 

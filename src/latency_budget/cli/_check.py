@@ -11,7 +11,7 @@ from latency_budget._core.report import TOTAL, format_ms
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 from latency_budget.cli._stats import StageSummary, optimisation
 
-from ._common import EXIT_STATUS, example_epilog, raw_help
+from ._common import example_epilog, raw_help
 from ._levers import analyse_levers
 from ._output import emit
 from ._recorded import (
@@ -38,7 +38,6 @@ a budget for it. With --max-violation-rate, the share of requests in which a sta
 broke any of its budgets must not exceed that ceiling either. Failed checks of
 severity 'error' fail the command; 'warn' ones are reported and pass."""
 
-_EXIT_STATUS = "\n\n" + EXIT_STATUS
 
 _LISTED = 5  # failed checks named in the verdict line; the table has them all
 
@@ -126,13 +125,13 @@ def register(commands: Any) -> None:
             "latency-budget check traces.jsonl --budgets budgets.yaml",
             "latency-budget check traces.jsonl -b budgets.yaml --percentile p99 --max-violation-rate 5%",
             'latency-budget check trace.json -b budgets.yaml --format markdown >> "$GITHUB_STEP_SUMMARY"',
-            "latency-budget check --jaeger http://localhost:16686 --service checkout --lookback 1h -b budgets.yaml",
-        )
-        + _EXIT_STATUS,
+            "latency-budget check --jaeger http://localhost:16686 --service checkout -b budgets.yaml",
+            "latency-budget check traces.jsonl -b budgets.yaml --restage   # classify by the file's rules",
+        ),
         formatter_class=raw_help(),
     )
     add_trace_arguments(parser)
-    add_budgets_argument(parser, required=True)
+    add_budgets_argument(parser, required=True, restage=True)
     add_percentile_argument(parser, purpose="the percentile each stage must keep within budget")
     parser.add_argument(
         "--max-violation-rate",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 import urllib.parse
 from collections.abc import Callable
 
@@ -10,11 +11,13 @@ from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._encode import visible
 
 __all__ = [
+    "EXIT_CODES",
     "EXIT_INTERNAL",
     "EXIT_STATUS",
     "CliError",
     "Subparsers",
     "example_epilog",
+    "exit_status",
     "http_url",
     "load_budgets_option",
     "raw_help",
@@ -34,15 +37,72 @@ exit status:
   4  the output could not be written (a full disk, a file that cannot be created);
      a closed standard output (| head) is not an error"""
 
+# What each exit code means, per command: one table, which every command's --help and docs/cli.md show.
+# A command not named under a code does not exit with it.
+EXIT_CODES: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = (
+    (
+        0,
+        (("* -check -serve", "success"), ("check", "every error-level check passes"), ("serve", "drained and stopped")),
+    ),
+    (
+        1,
+        (
+            ("check", "an error-level check fails"),
+            ("validate", "the budget file is invalid"),
+            ("doctor", "it found something the budget file misses"),
+        ),
+    ),
+    (
+        2,
+        (
+            ("*", "unusable input: a bad option, an unreadable, malformed or oversized file"),
+            ("check report suggest doctor init", "a trace format it does not read, an unreachable Jaeger"),
+            ("check", "no --budgets for a recording other than the demo's"),
+            ("init", "the output file exists (--force overwrites it)"),
+            ("demo", "an unreachable Collector (spans not exported)"),
+            ("serve", "an address in use, a budget file that cannot be loaded"),
+        ),
+    ),
+    (3, (("*", "internal error (please report it)"),)),
+    (4, (("* -serve", "the output could not be written (a full disk, a file that cannot be created)"),)),
+    (130, (("* -serve", "interrupted (Ctrl-C)"),)),
+)
+
+
+def exit_status(command: str) -> str:
+    """The ``exit status:`` block of ``command``'s --help, from :data:`EXIT_CODES`."""
+    lines = ["exit status:"]
+    for code, meanings in EXIT_CODES:
+        applies = [text for who, text in meanings if _names(who, command)]
+        if applies:
+            lines.append(
+                textwrap.fill("; ".join(applies), 96, initial_indent=f"  {code:<4}", subsequent_indent=" " * 6)
+            )
+    return "\n".join(lines)
+
+
+def _names(who: str, command: str) -> bool:
+    words = who.split()
+    if f"-{command}" in words:
+        return False
+    return "*" in words or command in words
+
+
 Subparsers = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 class CliError(Exception):
-    """A user error: printed as one line, exits with ``exit_code``."""
+    """A user error: printed as one line (or one per problem of a budget file), exits with ``exit_code``."""
 
-    def __init__(self, message: str, exit_code: int = 2) -> None:
+    def __init__(self, message: str, exit_code: int = 2, *, lines: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.lines = lines or (message,)
+
+    @classmethod
+    def from_budgets(cls, exc: BudgetConfigError, exit_code: int = 2) -> CliError:
+        """A budget file's problems, one line each (each names file, line and key)."""
+        return cls(str(exc.problems[0]), exit_code, lines=exc.lines)
 
 
 def example_epilog(*examples: str) -> str:
@@ -50,9 +110,26 @@ def example_epilog(*examples: str) -> str:
     return "examples:\n" + "\n".join(f"  {example}" for example in examples)
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions wrapped to the terminal, paragraph by paragraph; indented lines and the epilog as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(("examples:", "exit status:")):
+            return super()._fill_text(text, width, indent)  # the epilog: example commands as written
+        paragraphs = []
+        for paragraph in text.split("\n\n"):
+            if paragraph.startswith(" "):
+                paragraphs.append(super()._fill_text(paragraph, width, indent))
+            else:
+                paragraphs.append(
+                    textwrap.fill(" ".join(paragraph.split()), width, initial_indent=indent, subsequent_indent=indent)
+                )
+        return "\n\n".join(paragraphs)
+
+
 def raw_help() -> type[argparse.HelpFormatter]:
-    """The help formatter that keeps example lines as written."""
-    return argparse.RawDescriptionHelpFormatter
+    """The help formatter: descriptions wrapped to the terminal, example lines as written."""
+    return _HelpFormatter
 
 
 def load_budgets_option(
@@ -64,7 +141,7 @@ def load_budgets_option(
     try:
         return load_budgets(path), path
     except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError.from_budgets(exc) from None
 
 
 def service_name(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +19,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 from latency_budget._core.report import TraceReport
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
-from latency_budget._demo.otlp_json import OtlpJsonLinesExporter
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
 from latency_budget.cli._stats import optimisation, summarize
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
+from latency_budget.export.file import OtlpJsonFileSpanExporter
 from latency_budget.export.sinks import report_sinks
 
 from ._common import CliError, example_epilog, load_budgets_option, raw_help
@@ -156,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         targets.append((otlp.label, otlp.spans))
     if args.save_traces:
         try:
-            targets.append((args.save_traces, _Counting(OtlpJsonLinesExporter(args.save_traces))))
+            targets.append((args.save_traces, _Counting(OtlpJsonFileSpanExporter(args.save_traces, append=False))))
         except OSError as exc:
             raise OutputError(f"{args.save_traces}: cannot write: {exc.strerror or exc}") from None
     downstream: SpanProcessor | None = None
@@ -178,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
             downstream=downstream,
             on_progress=progress.update,
             on_report=sinks,
+            resource=demo_resource(EXAMPLE_BUDGETS_NAME if args.budgets is None else None),
         )
     finally:
         progress.close()
@@ -271,7 +273,24 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     missing = len(result.requests) - len(judged)
     if missing:
         lines.append(f"Warning: the processor made no report for {missing} requests.")
+    lines += ["", *next_steps(args.save_traces)]
     return "\n".join(lines)
+
+
+def next_steps(saved: str | None) -> list[str]:
+    """What to run after the demo: look at its recording, then the three commands that bring budgets to your app."""
+    if saved:
+        look = f"latency-budget report {shlex.quote(saved)} --html report.html   # this run, by the demo's budgets"
+    else:
+        look = "latency-budget demo --save-traces demo.jsonl && latency-budget report demo.jsonl --html report.html"
+    return [
+        "Next: look at this run, then bring budgets to your own app in three commands:",
+        f"  {look}",
+        "  latency-budget init                  # 1. budgets.yaml, commented, to edit",
+        "  OTEL_LATENCY_BUDGET_FILE=budgets.yaml OTEL_LATENCY_BUDGET_TRACES_FILE=traces.jsonl \\",
+        "    opentelemetry-instrument python app.py   # 2. record your app (or configure(traces_file=...))",
+        "  latency-budget check traces.jsonl -b budgets.yaml   # 3. judge the recording",
+    ]
 
 
 def _request_heading(index: int, total: int, description: str, report: TraceReport) -> str:

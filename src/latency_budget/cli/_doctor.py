@@ -90,7 +90,13 @@ def register(commands: Any) -> None:
     )
     add_trace_arguments(parser, streamed=False)  # it holds every span
     add_budgets_argument(parser, required=False)
-    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    parser.add_argument(
+        "--format",
+        choices=("table", "json"),
+        type=lambda name: "table" if name == "text" else name,  # its name before one set of format names
+        default="table",
+        help="output format (default: table)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -257,7 +263,9 @@ def _bookkeeping_finding(config: BudgetConfig, key: tuple[int, str, str], spans:
         return Finding("bookkeeping", stage, what, len(spans), spans[0].name)
     for rule in rules:
         rule.setdefault("unless", {}).setdefault(attribute, []).append(value)
-    return Finding("bookkeeping", stage, what, len(spans), spans[0].name, {"stages": {stage: {"match": rules}}})
+    # A veto on a built-in rule means writing that rule out, in place of the built-in ones.
+    fix = {"stages": {stage: {"builtin": False, "match": rules}}}
+    return Finding("bookkeeping", stage, what, len(spans), spans[0].name, fix)
 
 
 # -- first tokens not read ---------------------------------------------------------------------------------------
@@ -312,11 +320,8 @@ def _first_token_finding(config: BudgetConfig, key: tuple[int, str, str], spans:
 
 
 def _stage_fix(config: BudgetConfig, stage: str, added: list[dict[str, Any]]) -> dict[str, Any]:
-    """``stages: {stage: {match: [...]}}``: the built-in rules written out (a match replaces them), then ``added``.
-
-    A stage with match rules of its own keeps them: ``added`` is what to append.
-    """
-    return {"stages": {stage: {"match": [*_builtin_yaml(config, stage), *added]}}}
+    """``stages: {stage: {match: [...]}}``: ``added``, which a match adds to the stage's other rules."""
+    return {"stages": {stage: {"match": added}}}
 
 
 def _builtin_yaml(config: BudgetConfig, stage: str) -> list[dict[str, Any]]:
@@ -357,6 +362,8 @@ def merged_fix(findings: Sequence[Finding], keep: Sequence[str] = ()) -> dict[st
     for finding in findings:
         for stage, spec in finding.fix.get("stages", {}).items():
             merged = stages.setdefault(stage, {})
+            if "builtin" in spec:
+                merged["builtin"] = spec["builtin"]
             if "match" in spec:
                 rules = merged.setdefault("match", [])
                 for rule in spec["match"]:
@@ -405,8 +412,8 @@ def _text(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_
     counts = Counter(f.stage for f in findings)
     lines += [
         "",
-        f"Add to the budget file (stages {', '.join(sorted(counts))}; a stage's match replaces its built-in rules,",
-        "so they are written out in full):",
+        f"Add to the budget file (stages {', '.join(sorted(counts))}; a stage's match adds to its built-in rules,",
+        "which are written out only where a veto needs them, with builtin: false):",
         "",
     ]
     # Names from the traces are shown as terminal text; the YAML escapes every non-ASCII

@@ -13,13 +13,24 @@ from typing import NoReturn
 
 from latency_budget._encode import terminal_text
 from latency_budget._version import __version__
-from latency_budget.cli import _check, _demo, _doctor, _report, _rules, _schema, _serve, _suggest, _validate
-from latency_budget.cli._common import EXIT_INTERNAL, CliError
+from latency_budget.cli import (
+    _check,
+    _demo,
+    _doctor,
+    _init,
+    _report,
+    _rules,
+    _schema,
+    _serve,
+    _suggest,
+    _validate,
+)
+from latency_budget.cli._common import EXIT_INTERNAL, CliError, exit_status
 from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = (_demo, _validate, _check, _report, _suggest, _doctor, _rules, _schema, _serve)
+_SUBCOMMANDS = (_demo, _init, _validate, _check, _report, _suggest, _doctor, _rules, _schema, _serve)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _SUBCOMMANDS:
         module.register(commands)
+    for name, subparser in commands.choices.items():
+        if "exit status:" not in (subparser.epilog or ""):
+            subparser.epilog = ((subparser.epilog or "") + "\n\n" + exit_status(name)).lstrip("\n")
     return parser
 
 
@@ -52,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.run(args)
         finish_output()
     except CliError as exc:
-        _error(str(exc))
+        for line in exc.lines:
+            _error(line)
         return exc.exit_code
     except SystemExit:  # argparse: --help, --version and usage errors, as before
         _quiet_finish()

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import gc
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from latency_budget import _attributes as attr
 from latency_budget._config import BudgetConfig, load_budgets
 from latency_budget._core.report import TraceReport
+from latency_budget._demo import DEMO_BUDGETS_ATTRIBUTE, EXAMPLE_BUDGETS_NAME, example_budgets
 from latency_budget._replay import SpanRecord, evaluate_spans, judge_roots
 from latency_budget.cli._stats import RunSummary, summarize
 
@@ -34,12 +38,14 @@ from ._inputs import (
     read_trace_files,
     source_names,
 )
+from ._inputs._spans import ParsedSpan
 from ._output import warn
 from ._progress import ProgressBar
 from ._summary import plural
 
 __all__ = [
     "BUILTIN_LABEL",
+    "DEMO_LABEL",
     "Recorded",
     "add_budgets_argument",
     "add_trace_arguments",
@@ -127,16 +133,31 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = Tru
     )
 
 
-def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool) -> None:
-    """``--budgets FILE``: the stages (and, for ``check``, the budgets) to judge by."""
+def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool, restage: bool = False) -> None:
+    """``--budgets FILE``: the stages (and, for ``check``, the budgets) to judge by; with ``restage``, ``--restage``.
+
+    Not ``required`` for a recording of the demo, whose resource names the demo's budgets.
+    """
     parser.add_argument(
         "--budgets",
         "-b",
         metavar="FILE",
-        required=required,
         help="budget YAML file"
-        + ("" if required else f" (default: {BUILTIN_LABEL}: retrieval, model_call, tool_calls)"),
+        + (
+            " (required, but for a recording of the demo: its budgets)"
+            if required
+            else f" (default: the demo's budgets for a recording of the demo, else {BUILTIN_LABEL}:"
+            " retrieval, model_call, tool_calls)"
+        ),
     )
+    parser.set_defaults(budgets_required=required)
+    if restage:
+        parser.add_argument(
+            "--restage",
+            action="store_true",
+            help="classify every span by the budget file's rules, ignoring the latency_budget.stage labels "
+            "a live processor recorded (to try a change of match rules on a recording)",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +190,65 @@ def load_config(path: str | None) -> tuple[BudgetConfig, str]:
     return load_budgets_option(path, _builtin_budgets, BUILTIN_LABEL)
 
 
+DEMO_LABEL = f"{EXAMPLE_BUDGETS_NAME}, the demo's budgets (the recording is the demo's; -b FILE chooses others)"
+
+
+def _config_for(args: argparse.Namespace, first: SpanRecord | None) -> tuple[BudgetConfig, str]:
+    """``--budgets``; else the demo's budgets for a recording of the demo; else the built-in stages (or, for
+    ``check``, which has budgets to check, an error)."""
+    demo = first is not None and first.resource.get(DEMO_BUDGETS_ATTRIBUTE) == EXAMPLE_BUDGETS_NAME
+    if args.budgets is None and demo:
+        return example_budgets(), DEMO_LABEL
+    if args.budgets is None and getattr(args, "budgets_required", False):
+        raise CliError(
+            "--budgets FILE is needed to check a recording other than the demo's "
+            "('latency-budget init' writes one; 'latency-budget init --from TRACES' drafts it from the recording)"
+        )
+    return load_config(args.budgets)
+
+
+@dataclass(slots=True)
+class _Labels:
+    """The recorded ``latency_budget.stage`` labels: dropped under ``--restage``, else counted where the file's
+    rules, on the span's final attributes, would give another stage of the file (the label decides, as live)."""
+
+    config: BudgetConfig
+    restage: bool
+    disagree: int = 0
+    first: str = ""
+
+    def apply(self, records: list[SpanRecord]) -> list[SpanRecord]:
+        if self.restage:
+            return [_unlabelled(r) if attr.STAGE in r.attributes else r for r in records]
+        index = self.config.stage_index
+        for record in records:
+            label = record.attributes.get(attr.STAGE)
+            if label.__class__ is not str or label not in index:
+                continue  # no label, or one this file does not know: the rules decide already
+            config = self.config.for_resource(record.resource) if self.config.resource_keys else self.config
+            found = config.classifier.classify(record.name, record.kind, record.scope, record.attributes)
+            if found != index[label]:
+                self.disagree += 1
+                if not self.first:
+                    ruled = config.stages[found].name if found >= 0 else "no stage"
+                    self.first = f"{record.name!r} labelled {label}, by the rules {ruled}"
+        return records
+
+    def warn(self, source: str) -> None:
+        if self.disagree:
+            warn(
+                f"{source}: {plural(self.disagree, 'span')} {'carries' if self.disagree == 1 else 'carry'} a recorded "
+                "latency_budget.stage label that the "
+                f"budget file's rules would not give (first: {self.first}); the labels decide, as live: "
+                "--restage classifies every span by the file's rules"
+            )
+
+
+def _unlabelled(record: SpanRecord) -> SpanRecord:
+    attributes = {k: v for k, v in record.attributes.items() if k != attr.STAGE}
+    return dataclasses.replace(record, attributes=attributes)
+
+
 def _builtin_budgets() -> BudgetConfig:
     return load_budgets(text=_BUILTIN_YAML, source="<built-in>")
 
@@ -178,12 +258,22 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
 
     Without ``levers`` (``suggest``) the reports keep no calls: nothing will read them.
     """
-    config, label = load_config(args.budgets)
+    restage = bool(getattr(args, "restage", False))
     if args.jaeger:
         traces = load_traces(args)
-        reports = evaluate_spans(config, traces.spans)
+        config, label = _config_for(args, traces.spans[0] if traces.spans else None)
+        labels = _Labels(config, restage)
+        reports = evaluate_spans(config, labels.apply(traces.spans))
+        labels.warn(traces.source_label)
     else:
-        traces, reports = _judge_files(args, config, levers=levers)
+        chosen: list[tuple[BudgetConfig, str]] = []
+
+        def choose(first: SpanRecord | None) -> BudgetConfig:
+            chosen.append(_config_for(args, first))
+            return chosen[0][0]
+
+        traces, reports = _judge_files(args, choose, levers=levers, restage=restage)
+        config, label = chosen[0]
     if not reports and not config.every_root:
         if config.requests is not None:
             rules, fix = "the 'requests' rules", "check its requests rules"
@@ -221,7 +311,11 @@ def _check_files_args(args: argparse.Namespace) -> None:
 
 
 def _judge_files(
-    args: argparse.Namespace, config: BudgetConfig, *, levers: bool = True
+    args: argparse.Namespace,
+    config_for: BudgetConfig | Callable[[SpanRecord | None], BudgetConfig],
+    *,
+    levers: bool = True,
+    restage: bool = False,
 ) -> tuple[TraceSet, list[TraceReport]]:
     """Read the trace files and judge them trace by trace as they close; the reports in root start order.
 
@@ -229,6 +323,8 @@ def _judge_files(
     first of the slowest, in report order, as the HTML page picks it). A report's calls
     are read as the trace closes (the levers would read them all later), so the spans'
     attributes they were read from go with the trace; without ``levers`` none are kept.
+    ``config_for`` is the config, or chooses it from the first span read (the demo's recording
+    names its budgets). ``restage`` drops the recorded stage labels (see :class:`_Labels`).
     """
     _check_files_args(args)
     window = TraceWindow(args.window)
@@ -242,6 +338,7 @@ def _judge_files(
     def judge(records: list[SpanRecord]) -> None:
         nonlocal spans, slowest
         spans += len(records)
+        records = labels.apply(records)
         for found in judge_roots(config, records):
             root, report = found.root, found.report
             report.calls = tuple(report.calls) if levers else ()
@@ -256,7 +353,12 @@ def _judge_files(
 
     try:
         with _fewer_collections():
-            for batch in parse_trace_files(args.traces, _limits(args), advance if progress.enabled else None):
+            batches = parse_trace_files(args.traces, _limits(args), advance if progress.enabled else None)
+            head = _first_batch(batches)
+            first = head[0].record if head else None
+            config = config_for if isinstance(config_for, BudgetConfig) else config_for(first)
+            labels = _Labels(config, restage)
+            for batch in itertools.chain([head] if head else [], batches):
                 for records in window.add(batch):
                     judge(records)
             for records in window.finish():
@@ -269,6 +371,7 @@ def _judge_files(
     if not spans:
         raise CliError(f"{traces.source_label}: no spans found")
     _warn_repairs(traces)
+    labels.warn(traces.source_label)
     if window.late_spans:
         warn(
             f"{traces.source_label}: {plural(window.late_spans, 'span')} came more than --window "
@@ -276,6 +379,14 @@ def _judge_files(
             f"(first at {window.first_late}); raise --window to judge them together"
         )
     return traces, [report for *_, report in judged]
+
+
+def _first_batch(batches: Iterator[list[ParsedSpan]]) -> list[ParsedSpan]:
+    """The first document's spans that holds any (a recording may start with log records), or none."""
+    for batch in batches:
+        if batch:
+            return batch
+    return []
 
 
 @contextlib.contextmanager

@@ -51,7 +51,7 @@ def register(commands: Any) -> None:
         formatter_class=raw_help(),
     )
     add_trace_arguments(parser)
-    add_budgets_argument(parser, required=False)
+    add_budgets_argument(parser, required=False, restage=True)
     parser.add_argument(
         "--format", "-f", choices=("table", "json", "markdown"), default="table", help="output format (default: table)"
     )

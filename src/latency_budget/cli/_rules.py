@@ -55,13 +55,14 @@ def register(commands: Any) -> None:
         help="write Prometheus recording and alerting rules from a budget file's objectives",
         description=_DESCRIPTION,
         epilog=example_epilog(
-            "latency-budget rules budgets.yaml > latency-budget.rules.yml",
-            "latency-budget rules budgets.yaml --service support-assistant -o rules.yml",
-            "latency-budget rules budgets.yaml --burn-rate page:1h/5m:14.4 --burn-rate ticket:1d/2h:3",
+            "latency-budget rules -b budgets.yaml > latency-budget.rules.yml",
+            "latency-budget rules -b budgets.yaml --service support-assistant -o rules.yml",
+            "latency-budget rules -b budgets.yaml --burn-rate page:1h/5m:14.4 --burn-rate ticket:1d/2h:3",
         ),
         formatter_class=raw_help(),
     )
-    parser.add_argument("file", metavar="FILE", help="the budget YAML file")
+    parser.add_argument("--budgets", "-b", metavar="FILE", help="the budget YAML file (required)")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="the budget YAML file, as --budgets (older spelling)")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the rules to FILE instead of standard output")
     parser.add_argument(
         "--service",
@@ -129,13 +130,18 @@ def _positive(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Load the budget file, write its rules, and print any notes to standard error."""
+    if args.budgets is not None and args.file is not None:
+        raise CliError("give the budget file once: -b FILE")
+    args.file = args.budgets if args.budgets is not None else args.file
+    if args.file is None:
+        raise CliError("rules needs the budget file: -b FILE")
     if not args.file.isprintable():
         # The path is written into comments, annotations and a pasted command.
         raise CliError(f"the budget file's path cannot hold control or line-break characters: {visible(args.file)!r}")
     try:
         config = load_budgets(args.file)
     except BudgetConfigError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError.from_budgets(exc) from None
     try:
         text, notes = rules_document(
             config,

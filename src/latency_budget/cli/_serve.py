@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from latency_budget._config import BudgetConfigError, load_budgets
-from latency_budget.cli._common import EXIT_STATUS, CliError, example_epilog, raw_help
+from latency_budget.cli._common import CliError, example_epilog, raw_help
 
 __all__ = ["register", "run"]
 
@@ -45,13 +45,11 @@ def register(commands: Any) -> None:
             "latency-budget serve --budgets budgets.yaml",
             "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 latency-budget serve --budgets budgets.yaml "
             "--grpc-endpoint 0.0.0.0:4317 --http-endpoint none",
-        )
-        + "\n\n"
-        + EXIT_STATUS,
+        ),
         formatter_class=raw_help(),
     )
     add = parser.add_argument
-    add("--budgets", metavar="FILE", help="the budget YAML file (required)")
+    add("--budgets", "-b", metavar="FILE", help="the budget YAML file (required)")
     add("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address (default localhost:4317; port 0: any)")
     add("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP listen address (default localhost:4318; none: off)")
     add("--health-endpoint", metavar="HOST:PORT", help="health and counters, GET / (default localhost:13133)")

@@ -11,12 +11,14 @@ import yaml
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
+from latency_budget._demo import example_budgets_text
 from latency_budget._encode import yaml_comment, yaml_scalar
 from latency_budget.cli._stats import ProfileSummary, StageSummary, percentile
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
 from ._output import emit_or_write
 from ._recorded import (
+    DEMO_LABEL,
     Recorded,
     add_budgets_argument,
     add_percentile_argument,
@@ -24,7 +26,7 @@ from ._recorded import (
     load_recorded,
 )
 
-__all__ = ["register"]
+__all__ = ["draft", "register"]
 
 _DESCRIPTION = """\
 Write a budget file from what recorded traces show.
@@ -38,7 +40,7 @@ The result always passes `validate`."""
 
 # Stage keys that describe how to recognise a stage, or policy rather than measurement: copied as they are.
 _MAX_HEADROOM = 100.0
-_CARRIED = ("severity", "objective", "max_calls", "parallelizable", "match", "first_token")
+_CARRIED = ("severity", "objective", "max_calls", "parallelizable", "builtin", "match", "first_token")
 # Request-level objectives, at the top and in profiles: policy, copied as they are.
 _OBJECTIVES = ("total_objective", "first_token_objective")
 
@@ -51,12 +53,12 @@ def register(commands: Any) -> None:
         description=_DESCRIPTION,
         epilog=example_epilog(
             "latency-budget suggest traces.jsonl > budgets.yaml",
-            "latency-budget suggest traces.jsonl --budgets budgets.yaml --percentile p99 --headroom 1.5 -o new.yaml",
+            "latency-budget suggest traces.jsonl -b budgets.yaml --percentile p99 --headroom 1.5 -o new.yaml",
         ),
         formatter_class=raw_help(),
     )
     add_trace_arguments(parser)
-    add_budgets_argument(parser, required=False)
+    add_budgets_argument(parser, required=False, restage=True)
     add_percentile_argument(parser, purpose="percentile to start from")
     parser.add_argument(
         "--headroom",
@@ -72,16 +74,22 @@ def register(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Suggest budgets and write them; the text is checked with the budget loader first."""
     recorded = load_recorded(args, levers=False)
-    raw = _raw_budgets(args.budgets)
-    text = _Writer(recorded, raw, args.percentile, args.headroom).document()
+    text = draft(recorded, args.budgets, args.percentile, args.headroom)
+    emit_or_write(text, args.output or None)
+    return 0
+
+
+def draft(recorded: Recorded, budgets: str | None, percentile: float, headroom: float) -> str:
+    """The suggested budget file for ``recorded``, judged under the file ``budgets`` (or the demo's or the built-in
+    stages), checked by the loader."""
+    text = _Writer(recorded, _raw_budgets(budgets, recorded), percentile, headroom).document()
     try:
         load_budgets(text=text, source="<suggested>")
     except BudgetConfigError as exc:  # a bug in this module, not the user's: say so plainly
         raise CliError(
             f"internal error: the suggested budget file does not validate: {exc}", exit_code=EXIT_INTERNAL
         ) from None
-    emit_or_write(text, args.output or None)
-    return 0
+    return text
 
 
 def _headroom(text: str) -> float:
@@ -96,11 +104,14 @@ def _headroom(text: str) -> float:
     return value
 
 
-def _raw_budgets(path: str | None) -> dict[str, Any]:
+def _raw_budgets(path: str | None, recorded: Recorded) -> dict[str, Any]:
     """The budget file as plain YAML data, to carry its match rules over verbatim (already validated)."""
-    if path is None:
+    if path is None and recorded.budgets_label == DEMO_LABEL:
+        data = yaml.safe_load(example_budgets_text())  # a recording of the demo: judged by the demo's budgets
+    elif path is None:
         return {}
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    else:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else {}
 
 

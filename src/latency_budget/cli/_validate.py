@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = load_budgets(args.file)
     except BudgetConfigError as exc:
-        print(f"latency-budget: {terminal_text(str(exc))}", file=sys.stderr)
+        for line in exc.lines:
+            print(f"latency-budget: {terminal_text(line)}", file=sys.stderr)
         return 1
     budgets = config.default
     stages = ", ".join(

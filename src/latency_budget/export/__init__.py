@@ -1,5 +1,6 @@
-"""Signals beyond the annotated trace: violation and hint log records, budget metrics, one-call setup."""
+"""Signals beyond the annotated trace: violation and hint log records, budget metrics, recordings, one-call setup."""
 
+from latency_budget.export.file import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter, OtlpJsonLinesFile
 from latency_budget.export.logs import HintLogEmitter, ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
 from latency_budget.export.setup import Telemetry, configure
@@ -9,6 +10,9 @@ __all__ = [
     "ENV_HINT_LOGS_ENABLED",
     "BudgetMetrics",
     "HintLogEmitter",
+    "OtlpJsonFileLogExporter",
+    "OtlpJsonFileSpanExporter",
+    "OtlpJsonLinesFile",
     "Telemetry",
     "ViolationLogEmitter",
     "configure",

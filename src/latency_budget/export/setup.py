@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from latency_budget._config import BudgetConfig, as_config
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget.export._otlp import otlp_target
+from latency_budget.export.file import OtlpJsonFileLogExporter, OtlpJsonFileSpanExporter, OtlpJsonLinesFile
 from latency_budget.export.sinks import report_sinks
 
 __all__ = ["SHUTDOWN_TIMEOUT_S", "Telemetry", "configure"]
@@ -116,11 +117,12 @@ def configure(
     protocol: str | None = None,
     logs: bool = True,
     hint_logs: bool | None = None,
-    metrics: bool = True,
+    metrics: bool | None = None,
     metric_interval_s: float = 10.0,
     on_report: ReportCallback | None = None,
     set_global: bool = True,
     span_exporter: SpanExporter | None = None,
+    traces_file: str | os.PathLike[str] | None = None,
 ) -> Telemetry:
     """Build tracer, logger and meter providers that export over OTLP, with budgets checked.
 
@@ -133,17 +135,30 @@ def configure(
     ``logs`` exports a log record per violation and, unless ``hint_logs=False`` or
     ``OTEL_LATENCY_BUDGET_HINT_LOGS_ENABLED=false``, one per hint.
     ``span_exporter`` replaces the OTLP span exporter (tests, or another backend).
+    ``traces_file`` records instead of exporting over OTLP: the annotated spans, and the
+    log records when ``logs`` is on, are appended to that file as OTLP JSON lines, the
+    format ``latency-budget check`` and ``report`` read (``OtlpJsonFileSpanExporter``). The
+    budget metrics are then off unless ``metrics=True`` asks for them over OTLP.
     """
+    if traces_file is not None and span_exporter is not None:
+        raise ValueError("configure() takes traces_file or span_exporter, not both")
     config = as_config(budgets)
     target = otlp_target(endpoint, protocol)
-    span_out = span_exporter if span_exporter is not None else target.span_exporter()
+    recording = OtlpJsonLinesFile(traces_file) if traces_file is not None else None
+    if metrics is None:
+        metrics = recording is None
+    if recording is not None:
+        span_out: SpanExporter = OtlpJsonFileSpanExporter(recording)
+    else:
+        span_out = span_exporter if span_exporter is not None else target.span_exporter()
     attributes = {SERVICE_NAME: service_name} if service_name else {}
     resource = Resource.create(attributes)  # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES apply too
 
     logger_provider = None
     if logs:
         logger_provider = LoggerProvider(resource=resource)
-        logger_provider.add_log_record_processor(BatchLogRecordProcessor(target.log_exporter()))
+        log_out = OtlpJsonFileLogExporter(recording) if recording is not None else target.log_exporter()
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_out))
     meter_provider = None
     if metrics:
         reader = PeriodicExportingMetricReader(

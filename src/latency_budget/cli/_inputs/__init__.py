@@ -26,6 +26,7 @@ from typing import IO
 from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError
+from ._foreign import RECORD_HINT, first_value, foreign_format
 from ._limits import MAX_JSON_DEPTH, STREAMED_MAX_SPANS, InputLimits, load_json, parse_size
 from ._spans import ParsedSpan, Repairs, assemble
 from ._window import TraceWindow
@@ -227,7 +228,18 @@ def _spans_of(document: object, where: str, strings: SharedStrings) -> list[Pars
         return spans_from_otlp(document, where, strings)  # type: ignore[arg-type]
     if is_jaeger(document):
         return spans_from_jaeger(document, where)  # type: ignore[arg-type]
-    raise TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
+    if isinstance(document, dict) and "resourceLogs" in document:
+        return []  # log records beside the spans, as one file exporter of two pipelines writes them
+    raise _unknown_format(where, document)
+
+
+def _unknown_format(where: str, document: object) -> TraceInputError:
+    found = foreign_format(document)
+    return _named(where, found) if found is not None else TraceInputError(f"{where}: {_UNKNOWN_FORMAT}")
+
+
+def _named(where: str, found: str) -> TraceInputError:
+    return TraceInputError(f"{where}: this is {found}, a format latency-budget does not read; {RECORD_HINT}")
 
 
 def _documents(source: _Source, name: str, limits: InputLimits) -> Iterator[tuple[str, object]]:
@@ -258,7 +270,16 @@ def _documents(source: _Source, name: str, limits: InputLimits) -> Iterator[tupl
             number += 1
         return
     data = b"".join([*head, line, source.rest()])
-    yield name, load_json(_decode(data, name, 1), name, limits, line_mode=False)
+    text = _decode(data, name, 1)
+    try:
+        document = load_json(text, name, limits, line_mode=False)
+    except TraceInputError:
+        # Many pretty-printed objects in a row (the console exporter's output) are no one document.
+        found = foreign_format(first_value(text))
+        if found is None:
+            raise
+        raise _named(name, found) from None
+    yield name, document
 
 
 def _is_json_object_line(line: bytes, limits: InputLimits) -> bool:
