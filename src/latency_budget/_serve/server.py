@@ -22,20 +22,20 @@ from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer
-from latency_budget._serve.forwarder import Forwarder, Sender
+from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
 from latency_budget._serve.http_receiver import HealthServer, HttpReceiver
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch
+from latency_budget._serve.otlp import BadRequest, decode_request
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
 
 __all__ = ["ServeOptions", "Server"]
 
 ReportSink = Callable[[TraceReport], object]
-# Spans per forwarded request: large enough to amortise a call, small enough for any hop's limit.
-_BATCH_SPANS = 2048
+# What a span waiting for the next hop costs beyond its bytes: its (origin, bytes) pair and list slot.
+_QUEUED_SPAN_COST = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,8 @@ class ServeOptions:
     max_request_bytes: int = 16 * 1024 * 1024
     shutdown_timeout_s: float = 10.0
     wal: WalOptions | None = None
+    forward_batch_bytes: int = DEFAULT_BATCH_BYTES
+    forward_workers: int = DEFAULT_WORKERS
 
 
 class Server:
@@ -77,13 +79,27 @@ class Server:
         self._buffer = TraceBuffer(options.limits, clock)
         self._judge = Judge(config, roots=options.roots, max_spans_per_trace=options.limits.max_spans_per_trace)
         self._forwarder = Forwarder(
-            sender, queue_spans=options.queue_spans, counters=self.counters, log=self.log, destination=destination
+            sender,
+            counters=self.counters,
+            log=self.log,
+            destination=destination,
+            max_batch_bytes=options.forward_batch_bytes,
+            workers=options.forward_workers,
         )
         self._wanted = _wanted_keys(config, options)
         self._wal = Wal(options.wal, self.counters, self.log) if options.wal is not None else None
         if self._wal is not None:
             self._wal.open()  # WalError: a bad --wal-dir, before any port is taken
-        self._intake = Intake(self._buffer, self.counters, self.log, self._leave, wanted=self._wanted, wal=self._wal)
+        self._intake = Intake(
+            self._buffer,
+            self.counters,
+            self.log,
+            self._leave,
+            wanted=self._wanted,
+            wal=self._wal,
+            pressure=self._pressure,
+            retry_after_s=max(1.0, min(options.limits.decision_wait_s, 30.0)),
+        )
         self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
         self._stopping = threading.Event()
         self._draining = False
@@ -120,8 +136,9 @@ class Server:
         """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
         deadline = self._clock() + self.options.shutdown_timeout_s
         self._draining = True
-        self._intake.draining = True
         self.log.event("draining", always=True)
+        # Nothing joins the buffer from now on: a request still being read or decoded is refused (retry).
+        self._intake.close(min(1.0, self.options.shutdown_timeout_s / 4))
         if self.http is not None:
             self.http.stop()
         self.grpc.stop(min(1.0, self.options.shutdown_timeout_s / 4))
@@ -129,24 +146,38 @@ class Server:
         self._decider.join(max(0.0, deadline - self._clock()))
         with self._decide_lock:
             self._decide(self._buffer.drain())
-        self._forwarder.close(deadline - 0.2)
+        left = self._forwarder.close(deadline - 0.2, kept=self._wal is not None)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
         if self._wal is not None:
             self._wal.close()
         self.log.event("shutdown", always=True, counters=counters, reports_done_in_time=flushed)
         self.health.stop()
-        return flushed and counters["spans_dropped"] == 0
+        return flushed and not left and counters["spans_dropped"] == 0
 
     # -- internals -----------------------------------------------------------------------
 
+    def _pressure(self, cost: int) -> str | None:
+        """Why a request that costs ``cost`` bytes decoded cannot be taken now, or None (the intake asks)."""
+        spans, queued_bytes = self._forwarder.held()
+        options = self.options
+        if spans >= options.queue_spans:
+            return f"{spans} spans waiting for the next hop (--queue-size {options.queue_spans})"
+        held = self._buffer.held()[2] + queued_bytes + spans * _QUEUED_SPAN_COST
+        limit = options.limits.max_bytes
+        if held + cost > limit and (held or cost > limit):
+            return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
+        return None
+
     def _health(self) -> tuple[bool, dict[str, object]]:
         traces, spans, held_bytes = self._buffer.held()
+        queued_spans, queued_bytes = self._forwarder.held()
         held: dict[str, object] = {
             "traces": traces,
             "spans": spans,
             "bytes": held_bytes,
-            "forward_queue_spans": self._forwarder.queued(),
+            "forward_queue_spans": queued_spans,
+            "forward_queue_bytes": queued_bytes,
         }
         if self._wal is not None:
             held["wal"] = self._wal.held()
@@ -215,28 +246,14 @@ class Server:
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
     def _forward(self, decided: list[Decided]) -> None:
-        """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
-        spans = ((received.origin, received.encoded) for item in decided for received in item.spans)
+        """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log."""
         wal = self._wal
-        settled = [(item.trace_id, item.seq) for item in decided] if wal is not None else []
-        put = self._forwarder.put
-        held: list[tuple[Origin, bytes]] | None = None  # the last batch waits: it carries the settling
-        batch: list[tuple[Origin, bytes]] = []
-        for pair in spans:
-            batch.append(pair)
-            if len(batch) >= _BATCH_SPANS:
-                if held is not None:
-                    put(encode_batch(held), len(held))
-                held, batch = batch, []
-        if batch:
-            if held is not None:
-                put(encode_batch(held), len(held))
-            held = batch
-        done = (lambda: wal.settle(settled)) if wal is not None and settled else None
-        if held is not None:
-            put(encode_batch(held), len(held), done)
-        elif done is not None:
-            done()
+        done = None
+        if wal is not None:
+            settled = [(item.trace_id, item.seq) for item in decided]
+            if settled:
+                done = lambda: wal.settle(settled)  # noqa: E731
+        self._forwarder.put([(received.origin, received.encoded) for item in decided for received in item.spans], done)
 
     def _replay(self, wal: Wal) -> None:
         """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""
