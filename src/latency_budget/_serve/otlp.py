@@ -389,15 +389,28 @@ def annotated(received: Received, attributes: Mapping[str, object], events: Sequ
 
 
 def shrink_span(encoded: bytes, budget: int) -> bytes | None:
-    """A framed span with its attribute values cut until it is at most ``budget`` bytes; None if it cannot be.
+    """A framed span cut to at most ``budget`` bytes as the SDK's default span limits cut; None if it cannot be.
 
-    As the SDK's attribute value length limit does, every value longer than a cap is cut
-    to the cap (span, event and link attributes alike); the cap halves until the span
-    fits. A span too large for another reason (millions of events) gives None.
+    First its attributes, events and links past 128 each are dropped (and counted in the
+    span's own ``dropped_*_count`` fields); then, as the SDK's attribute value length limit
+    does, every string or bytes value longer than a cap is cut to the cap (span, event and
+    link attributes alike), the cap halving until the span fits.
     """
     _, start = varint(encoded, 0)
     _, start = varint(encoded, start)
     span = Span.FromString(encoded[start:])
+    if len(span.attributes) > _MAX_DECODED:
+        span.dropped_attributes_count += len(span.attributes) - _MAX_DECODED
+        del span.attributes[_MAX_DECODED:]
+    if len(span.events) > _MAX_DECODED:
+        span.dropped_events_count += len(span.events) - _MAX_DECODED
+        del span.events[_MAX_DECODED:]
+    if len(span.links) > _MAX_DECODED:
+        span.dropped_links_count += len(span.links) - _MAX_DECODED
+        del span.links[_MAX_DECODED:]
+    own = span.SerializeToString()
+    if len(own) + 16 <= budget:  # 16: the frame's tag and length, generously
+        return frame(SPAN_TAG, own)
     pairs = [*span.attributes]
     for event in span.events:
         pairs.extend(event.attributes)
@@ -414,7 +427,7 @@ def shrink_span(encoded: bytes, budget: int) -> bytes | None:
             elif len(value.bytes_value) > cap:
                 value.bytes_value = value.bytes_value[:cap]
         own = span.SerializeToString()
-        if len(own) + 16 <= budget:  # 16: the frame's tag and length, generously
+        if len(own) + 16 <= budget:
             return frame(SPAN_TAG, own)
     return None
 
