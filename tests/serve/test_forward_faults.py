@@ -182,13 +182,17 @@ class _HeldSender:
     def __init__(self) -> None:
         self.release = threading.Semaphore(0)
         self.sent: list[int] = []
+        self.closed = False
 
     def send(self, request: bytes) -> Outcome:
         self.release.acquire()
+        if self.closed:  # as the exporter's shutdown cancels a call in flight
+            return "down"
         self.sent.append(len(request))
         return "sent"
 
     def shutdown(self) -> None:
+        self.closed = True
         self.release.release(100)
 
 

@@ -272,7 +272,6 @@ class Forwarder:
                     break
                 self._cond.wait(left)
             self._stop = True
-            left = self._spans
             self._queue.clear()
             self._groups.clear()  # not settled: what they hold stays in the log
             self._cond.notify_all()
@@ -282,6 +281,8 @@ class Forwarder:
             self._log.event("forward_shutdown_failed", error=repr(exc)[:200])
         for thread in self._threads:
             thread.join(max(0.0, min(1.0, deadline + 1.0 - self._clock())))
+        with self._cond:
+            left = self._spans  # a request the hop took in the last instant is not among them
         if left:
             if kept:
                 self._counters.add("spans_kept_in_wal", left)
@@ -404,23 +405,22 @@ class Forwarder:
             back = taken
         with self._cond:
             self._in_flight -= 1
-            if self._stop:  # closed meanwhile: close() counted these as left
-                self._cond.notify_all()
-                return
+            stopped = self._stop  # closed meanwhile: nothing goes back in the queue, no group settles
             for parcel in gone:
                 self._spans -= len(parcel.pairs)
                 self._bytes -= parcel.size
                 parcel.group.pending -= 1
             if outcome == "too_large" and back:  # the next requests are cut to half of this one
                 self._cap = max(1, min(self._cap, size // 2))
-            self._queue.extendleft(reversed(back))
+            if not stopped:
+                self._queue.extendleft(reversed(back))
             if outcome in ("down", "busy"):
                 self._retry_at = self._clock() + _BACKOFF_S[min(self._attempt, len(_BACKOFF_S) - 1)]
                 self._attempt += 1
             else:
                 self._attempt = 0
                 self._retry_at = 0.0
-            dones = self._completed()
+            dones = self._completed() if not stopped else []
             previous, self._state = self._state, outcome if outcome in ("down", "busy") else "sent"
             self._cond.notify_all()
         self._finish(dones)
