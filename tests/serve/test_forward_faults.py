@@ -10,12 +10,16 @@ from __future__ import annotations
 import io
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from latency_budget._serve import intake as intake_module
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.forwarder import Forwarder, Outcome
 from latency_budget._serve.otlp import Origin, attributes_of, decode_request
@@ -30,6 +34,7 @@ from .forward_lab import (
     RetryingSender,
     assert_invariant,
     genai_request,
+    span_ids,
     span_key,
 )
 from .harness import running
@@ -216,3 +221,45 @@ def test_a_group_settles_only_after_every_group_ahead_of_it_left_and_close_settl
     assert settled == ["first", "second"]
     assert counters.snapshot()["spans_kept_in_wal"] == SPANS_PER_TRACE
     assert counters.snapshot()["spans_dropped"] == 0
+
+
+def test_a_request_still_being_decoded_when_the_drain_ends_is_refused_never_acknowledged_and_lost(
+    hop: LabHop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An HTTP request whose decode outlasts the whole drain is answered 503 (retry), not 200 with its spans lost."""
+    decoding, release = threading.Event(), threading.Event()
+
+    def held_decode(body: bytes, **options: Any) -> Any:
+        decoding.set()
+        release.wait(WAIT_S)  # the fault: a decode that outlasts the drain (a large request on a busy core)
+        return decode_request(body, **options)
+
+    monkeypatch.setattr(intake_module, "decode_request", held_decode)
+    body = genai_request(1, 10)
+    answers: list[int] = []
+    with running(BUDGETS, hop.url, drain=False, shutdown_timeout_s=2.0) as serve:
+
+        def post() -> None:
+            request = urllib.request.Request(
+                f"{serve.http_url}/v1/traces",
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/x-protobuf"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+                    answers.append(response.status)
+            except urllib.error.HTTPError as error:
+                answers.append(error.code)
+
+        client = threading.Thread(target=post)
+        client.start()
+        assert decoding.wait(WAIT_S)
+        serve.server.drain()
+        release.set()
+        client.join(WAIT_S)
+    forwarded = hop.received()
+    if answers == [200]:  # acknowledged: then it must have been carried
+        assert_invariant(span_ids(body), forwarded)
+    assert answers == [503]
+    assert forwarded == {}
