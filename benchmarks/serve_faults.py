@@ -174,7 +174,7 @@ def throughput(work: Path, requests: list[bytes], spans: int, timeout: float) ->
         "spans_per_s": round(spans / measured.wall_s),
         "peak_rss_mib": round(peak / 2**20, 1),
         "refused": measured.refused,
-        "forward_batches_split": counters["forward_batches_split"],
+        "forward_batches_split": counters.get("forward_batches_split", 0),
         "spans_dropped": counters["spans_dropped"],
         "hop_requests": hop.requests,
     }
