@@ -54,7 +54,7 @@ from latency_budget.export._otlp import OtlpTarget
 __all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_WORKERS", "Forwarder", "Outcome", "Sender", "open_sender"]
 
 DEFAULT_BATCH_BYTES = 3 * 1024 * 1024  # below the 4 MiB the Collector and Jaeger receive by default
-DEFAULT_WORKERS = 4
+DEFAULT_WORKERS = 2
 _BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _BATCH_SPANS = 8192  # spans a request at most, whatever their size
 # What a request costs beyond its spans' bytes, for each resource and scope group in it: tags and lengths.

@@ -66,7 +66,7 @@ def register(commands: Any) -> None:
     add("--max-request-bytes", metavar="N", help="largest request taken (default 16 MiB)")
     add("--queue-size", metavar="SPANS", help="spans queued for the next hop; past it requests are refused (100000)")
     add("--forward-batch-bytes", metavar="N", help="bytes of one forwarded request at most (default 3 MiB)")
-    add("--forward-workers", metavar="N", help="forwarded requests in flight at once (default 4)")
+    add("--forward-workers", metavar="N", help="forwarded requests in flight at once (default 2)")
     add("--shutdown-timeout", metavar="SECONDS", help="drain deadline after SIGTERM (default 10)")
     add("--roots", metavar="trace|local", help="trace: one request per trace (default); local: each local root")
     add("--reports", metavar="otlp|none", help="violation/hint logs and budget metrics over OTLP (default otlp)")
