@@ -2,7 +2,8 @@
 
 The sender is the real Collector running collector-tier.yaml (its retry queue holds what
 ``serve`` refuses); the next hop is another real Collector, whose OTLP receiver takes at
-most 4 MiB a request (``max_recv_msg_size_mib``, the default, written out) and which
+most 4 MiB a request (``max_recv_msg_size_mib``, the default; and 1 MiB, below
+``serve``'s own bound, so that the Collector refuses requests as too large) and which
 passes every span to an OTLP/gRPC receiver of this test (no sending queue: the hop
 answers ``serve`` only once that receiver has the spans). The test's own client sends
 the traffic to the first Collector and records the span ids it acknowledged; every
@@ -47,7 +48,7 @@ HOP_CONFIG = {
     "receivers": {
         "otlp": {
             "protocols": {
-                "grpc": {"endpoint": "${env:HOP_GRPC_ENDPOINT}", "max_recv_msg_size_mib": 4},
+                "grpc": {"endpoint": "${env:HOP_GRPC_ENDPOINT}", "max_recv_msg_size_mib": "${env:HOP_MAX_RECV_MIB}"},
             }
         }
     },
@@ -85,8 +86,8 @@ def end() -> Iterator[LabHop]:
     receiver.stop()
 
 
-def _hop_collector(tools: Tools, tmp_path: Path, end: LabHop) -> tuple[ManagedProcess, str]:
-    """The next hop: a real Collector taking at most 4 MiB a request, passing everything to ``end``."""
+def _hop_collector(tools: Tools, tmp_path: Path, end: LabHop, limit_mib: int) -> tuple[ManagedProcess, str]:
+    """The next hop: a real Collector taking at most ``limit_mib`` MiB a request, passing everything to ``end``."""
     config = tmp_path / "hop-collector.yaml"
     config.write_text(json.dumps(HOP_CONFIG, indent=2), encoding="utf-8")  # JSON is YAML
     grpc_port, health_port = free_ports(2)
@@ -97,6 +98,7 @@ def _hop_collector(tools: Tools, tmp_path: Path, end: LabHop) -> tuple[ManagedPr
             "HOP_GRPC_ENDPOINT": f"{LOOPBACK}:{grpc_port}",
             "HOP_END_ENDPOINT": f"{LOOPBACK}:{end.port}",
             "HOP_HEALTH_ENDPOINT": f"{LOOPBACK}:{health_port}",
+            "HOP_MAX_RECV_MIB": str(limit_mib),
         },
         log_path=tmp_path / "otelcol-hop.log",
         health_url=f"http://{LOOPBACK}:{health_port}/",
@@ -106,12 +108,20 @@ def _hop_collector(tools: Tools, tmp_path: Path, end: LabHop) -> tuple[ManagedPr
 
 
 class _Lab:
-    def __init__(self, tools: Tools, tmp_path: Path, end: LabHop, attach: Callable[[ManagedProcess], None], *args: str):
+    def __init__(
+        self,
+        tools: Tools,
+        tmp_path: Path,
+        end: LabHop,
+        attach: Callable[[ManagedProcess], None],
+        *args: str,
+        limit_mib: int = 4,
+    ) -> None:
         budgets = tmp_path / "budgets.yaml"
         budgets.write_text(BUDGET_FILE, encoding="utf-8")
         self.started: list[ManagedProcess] = []
         try:
-            self.hop, hop_url = _hop_collector(tools, tmp_path, end)
+            self.hop, hop_url = _hop_collector(tools, tmp_path, end, limit_mib)
             self.started.append(self.hop)
             attach(self.hop)
             self.serve: ServeService = start_serve(
@@ -150,11 +160,12 @@ def _settled(lab: _Lab, end: LabHop, acknowledged: list[tuple[int, int]]) -> boo
     return True if not held["traces"] and not held["forward_queue_spans"] else None
 
 
-def test_genai_batches_over_4_mib_reach_a_collector_that_takes_4_mib_once_each(
-    collector_tools: Tools, tmp_path: Path, end: LabHop, attach_log: Callable[[ManagedProcess], None]
+@pytest.mark.parametrize("limit_mib", [4, 1], ids=["hop-4MiB", "hop-1MiB"])
+def test_genai_batches_over_4_mib_reach_a_collector_that_takes_4_or_1_mib_once_each(
+    collector_tools: Tools, tmp_path: Path, end: LabHop, attach_log: Callable[[ManagedProcess], None], limit_mib: int
 ) -> None:
-    """1,000 GenAI traces with 2.5 KB prompts, Collector to serve to Collector (4 MiB): every span once."""
-    lab = _Lab(collector_tools, tmp_path, end, attach_log)
+    """1,000 GenAI traces with 2.5 KB prompts, Collector to serve to Collector (4 or 1 MiB): every span once."""
+    lab = _Lab(collector_tools, tmp_path, end, attach_log, limit_mib=limit_mib)
     try:
         sender = RetryingSender(lab.front)
         give_up = time.monotonic() + TIMEOUT_S
@@ -170,6 +181,8 @@ def test_genai_batches_over_4_mib_reach_a_collector_that_takes_4_mib_once_each(
     assert counters["spans_forwarded"] == 4000
     log = lab.serve.process.log_text()
     assert '"next_hop_down"' not in log  # the hop was up all along
+    if limit_mib == 1:  # below --forward-batch-bytes: the Collector said too large (grpc-go's words), serve split
+        assert counters["forward_batches_split"] >= 1
 
 
 def test_the_next_hop_collector_down_then_back_loses_nothing_acknowledged(
