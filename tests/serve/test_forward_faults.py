@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from latency_budget._serve import intake as intake_module
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.forwarder import Forwarder, Outcome
-from latency_budget._serve.otlp import Origin, attributes_of, decode_request
+from latency_budget._serve.otlp import Origin, attributes_of, decode_request, encode_batch
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import WalOptions
 from tests.e2e.services import poll
@@ -263,3 +263,45 @@ def test_a_request_still_being_decoded_when_the_drain_ends_is_refused_never_ackn
         assert_invariant(span_ids(body), forwarded)
     assert answers == [503]
     assert forwarded == {}
+
+
+class _GatedSender:
+    """A next hop that takes a request once the test opens the gate of every trace in it."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, threading.Event] = {}
+
+    def send(self, request: bytes) -> Outcome:
+        for trace_id, _ in span_ids(request):
+            if not self.gates.setdefault(trace_id, threading.Event()).wait(WAIT_S):
+                return "down"
+        return "sent"
+
+    def shutdown(self) -> None:
+        for gate in self.gates.values():
+            gate.set()
+
+
+def test_a_group_settles_as_soon_as_it_left_unless_an_earlier_group_of_one_of_its_traces_is_still_out() -> None:
+    """Two requests in flight: a trace's group settles before an unrelated earlier one, never before its own earlier."""
+    first, second = _pairs(genai_request(1, 1, prompt_bytes=10)), _pairs(genai_request(2, 1, prompt_bytes=10))
+    one_request = len(encode_batch(first)) + 200  # each group alone in a request
+    sender, settled = _GatedSender(), []
+    forwarder = Forwarder(
+        sender,
+        counters=Counters(),
+        log=EventLog(io.StringIO()),
+        destination="test",
+        workers=2,
+        max_batch_bytes=one_request,
+    )
+    forwarder.start()
+    forwarder.put(first, lambda: settled.append("trace 1"), frozenset({1}))
+    forwarder.put(second, lambda: settled.append("trace 2"), frozenset({2}))
+    sender.gates.setdefault(2, threading.Event()).set()
+    poll(lambda: True if settled == ["trace 2"] else None, timeout=WAIT_S, what="trace 2 settled before trace 1")
+    forwarder.put(first, lambda: settled.append("trace 1 again"), frozenset({1}))  # late spans of trace 1
+    sender.gates.setdefault(1, threading.Event()).set()
+    poll(lambda: True if len(settled) == 3 else None, timeout=WAIT_S, what="all settled")
+    assert settled == ["trace 2", "trace 1", "trace 1 again"]
+    assert forwarder.close(time.monotonic() + 5) == 0

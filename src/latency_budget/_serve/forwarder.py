@@ -28,7 +28,7 @@ and counted at once (``spans_dropped``).
 
 Spans are put in groups, each with an optional ``done`` callback, called once every span
 of the group has left (taken by the hop, or dropped by rule and counted) and every group
-put before it has too: the write-ahead log settles its traces then. What is still here
+put before it with a trace in common has too: the write-ahead log settles its traces then. What is still here
 when :meth:`Forwarder.close`'s deadline passes is not settled: it stays in the log.
 """
 
@@ -148,13 +148,14 @@ def open_sender(target: OtlpTarget) -> Sender:
 
 
 class _Group:
-    """The spans of one :meth:`Forwarder.put`: how many of its parcels are still out, and what to call after."""
+    """The spans of one :meth:`Forwarder.put`: how many of its parcels are still out, what to call after, its traces."""
 
-    __slots__ = ("done", "pending")
+    __slots__ = ("done", "pending", "traces")
 
-    def __init__(self, done: Done | None) -> None:
+    def __init__(self, done: Done | None, traces: frozenset[int]) -> None:
         self.done = done
         self.pending = 0
+        self.traces = traces
 
 
 class _Parcel:
@@ -241,9 +242,14 @@ class Forwarder:
         with self._cond:
             return self._spans, self._bytes
 
-    def put(self, pairs: Sequence[Pair], done: Done | None = None) -> None:
-        """Queue these spans (never dropped for want of room); ``done`` once they and every earlier group have left."""
-        group = _Group(done)
+    def put(self, pairs: Sequence[Pair], done: Done | None = None, traces: frozenset[int] = frozenset()) -> None:
+        """Queue these spans (never dropped for want of room), of these ``traces``; ``done`` once they have left.
+
+        ``done`` waits for every group put before this one that shares a trace with it, so
+        that settling a trace's later spans never settles earlier ones still on their way;
+        a group that shares none is settled as soon as it has left, whatever is before it.
+        """
+        group = _Group(done, traces)
         parcels = self._parcels(pairs, group)
         with self._cond:
             if self._stop:  # after close: a bug of the caller's; counted, never silent
@@ -443,13 +449,25 @@ class Forwarder:
             self._log.event("next_hop_up", always=True, to=self._destination)
 
     def _completed(self) -> list[Done]:
-        """The ``done`` of each finished group at the head, in order (the lock held)."""
+        """The ``done`` of each finished group no unfinished earlier group shares a trace with (the lock held)."""
         groups = self._groups
         dones: list[Done] = []
         while groups and groups[0].pending <= 0:
             done = groups.popleft().done
             if done is not None:
                 dones.append(done)
+        if not any(group.pending <= 0 for group in groups):
+            return dones
+        waiting: deque[_Group] = deque()
+        blocked: set[int] = set()  # the traces of the groups kept: a later group of one of them waits
+        for group in groups:
+            if group.pending <= 0 and blocked.isdisjoint(group.traces):
+                if group.done is not None:
+                    dones.append(group.done)
+                continue
+            waiting.append(group)
+            blocked.update(group.traces)
+        self._groups = waiting
         return dones
 
     def _finish(self, dones: list[Done]) -> None:

@@ -248,12 +248,13 @@ class Server:
     def _forward(self, decided: list[Decided]) -> None:
         """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log."""
         wal = self._wal
-        done = None
-        if wal is not None:
-            settled = [(item.trace_id, item.seq) for item in decided]
-            if settled:
-                done = lambda: wal.settle(settled)  # noqa: E731
-        self._forwarder.put([(received.origin, received.encoded) for item in decided for received in item.spans], done)
+        pairs = [(received.origin, received.encoded) for item in decided for received in item.spans]
+        if wal is None:
+            self._forwarder.put(pairs)
+            return
+        settled = [(item.trace_id, item.seq) for item in decided]
+        traces = frozenset(trace_id for trace_id, _ in settled)
+        self._forwarder.put(pairs, lambda: wal.settle(settled), traces)
 
     def _replay(self, wal: Wal) -> None:
         """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""
