@@ -101,6 +101,9 @@ class Server:
             retry_after_s=max(1.0, min(options.limits.decision_wait_s, 30.0)),
         )
         self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
+        # Bytes of the traces out of the buffer and not yet in the forward queue (being judged).
+        self._moving = threading.Lock()
+        self._deciding = 0
         self._stopping = threading.Event()
         self._draining = False
         self._decider = threading.Thread(target=self._decide_loop, name="latency-budget-decide", daemon=True)
@@ -159,23 +162,28 @@ class Server:
 
     def _pressure(self, cost: int) -> str | None:
         """Why a request that costs ``cost`` bytes decoded cannot be taken now, or None (the intake asks)."""
-        spans, queued_bytes = self._forwarder.held()
+        with self._moving:  # one moment: no trace counted twice or missed as it moves on
+            buffered = self._buffer.held()[2] + self._deciding
+            spans, queued_bytes = self._forwarder.held()
         options = self.options
         if spans >= options.queue_spans:
             return f"{spans} spans waiting for the next hop (--queue-size {options.queue_spans})"
-        held = self._buffer.held()[2] + queued_bytes + spans * _QUEUED_SPAN_COST
+        held = buffered + queued_bytes + spans * _QUEUED_SPAN_COST
         limit = options.limits.max_bytes
         if held + cost > limit and (held or cost > limit):
             return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
         return None
 
     def _health(self) -> tuple[bool, dict[str, object]]:
-        traces, spans, held_bytes = self._buffer.held()
-        queued_spans, queued_bytes = self._forwarder.held()
+        with self._moving:
+            traces, spans, held_bytes = self._buffer.held()
+            judging_bytes = self._deciding
+            queued_spans, queued_bytes = self._forwarder.held()
         held: dict[str, object] = {
             "traces": traces,
             "spans": spans,
             "bytes": held_bytes,
+            "judging_bytes": judging_bytes,
             "forward_queue_spans": queued_spans,
             "forward_queue_bytes": queued_bytes,
         }
@@ -191,7 +199,14 @@ class Server:
         while not self._stopping.wait(tick):
             try:
                 with self._decide_lock:
-                    self._decide(self._buffer.due())
+                    with self._moving:  # counted as held while they are judged
+                        decided = self._buffer.due()
+                        self._deciding = sum(received.size for item in decided for received in item.spans)
+                    try:
+                        self._decide(decided, judged=True)
+                    finally:
+                        with self._moving:
+                            self._deciding = 0
             except Exception as exc:  # a bug of ours: logged, and the loop goes on
                 self.log.event("internal_error", where="decide", error=repr(exc)[:300])
 
@@ -210,7 +225,7 @@ class Server:
                 self.counters.add("spans_late", len(item.spans))
         self._forward(decided)
 
-    def _decide(self, decided: list[Decided]) -> None:
+    def _decide(self, decided: list[Decided], *, judged: bool = False) -> None:
         if not decided:
             return
         counters = self.counters
@@ -236,7 +251,7 @@ class Server:
         unjudged = sum(1 for item in decided if item.outcome == "no_root")
         if unjudged:
             self.log.event("forwarded_unjudged", reason="root never arrived (--max-wait)", traces=unjudged)
-        self._forward(decided)
+        self._forward(decided, judged=judged)
         for report in reports:
             for sink in self._sinks:
                 try:
@@ -245,16 +260,25 @@ class Server:
                     counters.add("reports_failed")
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
-    def _forward(self, decided: list[Decided]) -> None:
-        """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log."""
+    def _forward(self, decided: list[Decided], *, judged: bool = False) -> None:
+        """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log.
+
+        ``judged``: they are the decider's (counted in ``_deciding`` until they are queued).
+        """
         wal = self._wal
         pairs = [(received.origin, received.encoded) for item in decided for received in item.spans]
-        if wal is None:
-            self._forwarder.put(pairs)
+        done: Callable[[], object] | None = None
+        traces: frozenset[int] = frozenset()
+        if wal is not None:
+            settled = [(item.trace_id, item.seq) for item in decided]
+            traces = frozenset(trace_id for trace_id, _ in settled)
+            done = lambda: wal.settle(settled)  # noqa: E731
+        if not judged:
+            self._forwarder.put(pairs, done, traces)
             return
-        settled = [(item.trace_id, item.seq) for item in decided]
-        traces = frozenset(trace_id for trace_id, _ in settled)
-        self._forwarder.put(pairs, lambda: wal.settle(settled), traces)
+        with self._moving:  # from being judged to queued, in one step for the bounds
+            self._forwarder.put(pairs, done, traces)
+            self._deciding = 0
 
     def _replay(self, wal: Wal) -> None:
         """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""
