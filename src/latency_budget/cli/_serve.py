@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
     def later(event: str, **fields: object) -> None:
         # Logged on a thread of its own: the handler may have interrupted the main thread inside the log's lock.
-        threading.Thread(target=server.log.event, args=(event,), kwargs={"always": True, **fields}, daemon=True).start()
+        threading.Thread(target=server.log.event, args=(event,), kwargs={"always": True, **fields}).start()
 
     def on_stop(signum: int, _frame: object) -> None:
         if stop.is_set():
