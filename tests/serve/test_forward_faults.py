@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+import tracemalloc
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -305,3 +306,42 @@ def test_a_group_settles_as_soon_as_it_left_unless_an_earlier_group_of_one_of_it
     poll(lambda: True if len(settled) == 3 else None, timeout=WAIT_S, what="all settled")
     assert settled == ["trace 2", "trace 1", "trace 1 again"]
     assert forwarder.close(time.monotonic() + 5) == 0
+
+
+def _tiny_request(spans: int) -> bytes:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    scope = request.resource_spans.add().scope_spans.add()
+    for index in range(spans):
+        span = scope.spans.add(trace_id=(index // 100 + 1).to_bytes(16, "big"), span_id=(index + 1).to_bytes(8, "big"))
+        if index % 100:
+            span.parent_span_id = (index // 100 * 100 + 1).to_bytes(8, "big")
+    return request.SerializeToString()
+
+
+def _events_request(events: int) -> bytes:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    span = (
+        request.resource_spans.add()
+        .scope_spans.add()
+        .spans.add(trace_id=(1).to_bytes(16, "big"), span_id=(1).to_bytes(8, "big"), name="POST /ask")
+    )
+    for index in range(events):
+        span.events.add(name="tok", time_unix_nano=index)
+    return request.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [_tiny_request(20_000), genai_request(1, 500), _events_request(20_000)],
+    ids=["tiny-spans", "genai-2.5KB-prompts", "a-root-with-20000-events"],
+)
+def test_what_a_held_span_counts_for_is_at_least_what_it_costs(body: bytes) -> None:
+    """The sizes --max-bytes adds up cover the memory the decoded spans really hold (tracemalloc), within 1.5x."""
+    tracemalloc.start()
+    try:
+        spans, _, _ = decode_request(body)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    counted = sum(span.size for span in spans)
+    assert held <= counted <= 1.5 * held, (held, counted, len(body))

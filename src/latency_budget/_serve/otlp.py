@@ -62,12 +62,12 @@ _NOTHING: Mapping[str, object] = MappingProxyType({})
 _MAX_ARRAY = 128
 # Attributes and events decoded per span (and attributes per event), as the SDK's default span limits.
 _MAX_DECODED = 128
-# What a held span costs beyond its share of the request's bytes, measured with tracemalloc
-# (python -X tracemalloc, tests/serve/test_memory_bound.py): the Received object, its ids, name
-# and slots (_SPAN_COST); when its attributes are decoded, a copy of its bytes as values plus a
-# dict entry a pair (_PAIR_COST); an SDK Event an event.
-_SPAN_COST = 300
-_PAIR_COST = 100
+# What a held span costs beyond its share of the request's bytes, as tracemalloc measures it
+# (tests/serve/test_forward_faults.py holds the sum at or above the measure, within 1.5x): the
+# Received object, its ids, name and slots (_SPAN_COST); when its attributes are decoded, a copy
+# of its bytes as values plus a dict entry and a key a pair (_PAIR_COST); an SDK Event an event.
+_SPAN_COST = 450
+_PAIR_COST = 300
 _EVENT_COST = 250
 
 
