@@ -165,17 +165,22 @@ def test_next_hop_down_then_up_delivers_everything(hop: NextHop, monkeypatch: py
     assert len(hop.spans()) == 4
 
 
-def test_next_hop_down_past_the_queue_drops_and_counts(hop: NextHop, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the next hop down and the queue full, a new batch is dropped and counted in spans_dropped."""
+def test_next_hop_down_past_the_queue_refuses_intake_and_drops_nothing(
+    hop: NextHop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the next hop down and --queue-size reached, a new request is refused (retry); the queued spans are kept."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "1")
     hop.stop()
     with running(BUDGETS, hop.url, queue_spans=4, shutdown_timeout_s=1.0) as serve:
         send_grpc(record(agent_trace, first_trace=1), serve.grpc_endpoint)
         serve.wait_for(lambda c: c["traces_judged"] == 1, "the first trace judged")
-        send_grpc(record(agent_trace, first_trace=2), serve.grpc_endpoint)
-        counters = serve.wait_for(lambda c: c["spans_dropped"] == 4, "the second trace's spans dropped")
-    assert counters["spans_forwarded"] == 0
-    assert serve.server.counters.snapshot()["spans_dropped"] == 8  # the queued 4 too, at the shutdown deadline
+        with pytest.raises(grpc.RpcError) as refused:
+            _stub(serve.grpc_endpoint).Export(_request(2), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        counters = serve.counters()
+    assert counters["spans_dropped"] == 0
+    assert counters["spans_received"] == 4
+    assert serve.server.counters.snapshot()["spans_dropped"] == 4  # no log: counted at the shutdown deadline
 
 
 def test_batch_refused_for_good_is_dropped_and_counted_and_the_queue_moves_on(hop: NextHop) -> None:

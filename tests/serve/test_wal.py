@@ -9,8 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,10 +16,8 @@ import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from latency_budget._serve.assembly import Limits
-from latency_budget._serve.forwarder import Forwarder, Outcome
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions, frame, read_records
 from latency_budget.cli._main import main
@@ -375,41 +371,6 @@ def test_kill_9_loses_nothing_acknowledged(hop: NextHop, tmp_path: Path) -> None
             process.kill()
             process.wait()
     assert _segments(wal_dir) == []  # all settled, stopped cleanly: nothing left on disk
-
-
-class _HeldSender:
-    """A next hop that takes each request only when the test lets it (one ``release`` a request)."""
-
-    def __init__(self) -> None:
-        self.release = threading.Semaphore(0)
-        self.sent: list[int] = []
-
-    def send(self, request: bytes) -> Outcome:
-        self.release.acquire()
-        self.sent.append(len(request))
-        return "sent"
-
-    def shutdown(self) -> None:
-        self.release.release(100)
-
-
-def test_a_batch_settles_only_after_every_batch_ahead_of_it_left(tmp_path: Path) -> None:
-    """A batch dropped for a full queue settles once the batch ahead of it has left; close settles what it drops."""
-    counters, settled = Counters(), []
-    sender = _HeldSender()
-    forwarder = Forwarder(sender, queue_spans=2, counters=counters, log=EventLog(io.StringIO()), destination="test")
-    forwarder.start()
-    request = ExportTraceServiceRequest().SerializeToString()
-    forwarder.put(request, 2, lambda: settled.append("first"))
-    forwarder.put(request, 1, lambda: settled.append("dropped"))  # past the queue: dropped and counted at once
-    assert counters.snapshot()["spans_dropped"] == 1
-    assert settled == []  # ... but not settled before the batch ahead of it left
-    sender.release.release()
-    poll(lambda: True if len(settled) == 2 else None, timeout=WAIT_S, what="both settled")
-    assert settled == ["first", "dropped"]
-    forwarder.put(request, 2, lambda: settled.append("at close"))
-    forwarder.close(time.monotonic() + 0.1)  # the sender holds it: dropped at the deadline, and settled
-    assert settled[-1] == "at close"
 
 
 @pytest.mark.parametrize(

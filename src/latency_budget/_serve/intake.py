@@ -5,10 +5,18 @@ write-ahead log, the request is logged first (:mod:`.wal`), and the receiver is 
 one :class:`Answer` what to say: accepted (with how many spans were rejected, as an OTLP
 partial success), refused because the server or its log is full or draining (retry
 later), or bad input. Nothing is acknowledged that the log does not hold.
+
+Memory is bounded before the decode: the request's decoded cost is estimated from its
+bytes and its span count (:func:`~latency_budget._serve.otlp.decode_estimate`) and
+reserved while it is decoded; ``pressure`` (the server's) says whether what is held, in
+the buffer and waiting for the next hop, leaves room for it. Once :meth:`Intake.close`
+has returned, no request joins the buffer any more: one still being read or decoded then
+is answered ``draining`` (retry), never acknowledged and left behind.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -43,6 +51,8 @@ class Intake:
         *,
         wanted: frozenset[str] | None = None,
         wal: Wal | None = None,
+        pressure: Callable[[int], str | None] | None = None,
+        retry_after_s: float = 1.0,
     ) -> None:
         self._buffer = buffer
         self._wal = wal
@@ -50,7 +60,22 @@ class Intake:
         self._log = log
         self._leave = leave  # spans that leave at once: late spans, evicted traces
         self._wanted = wanted  # see decode_request
-        self.draining = False
+        self._pressure = pressure
+        self._retry_after = retry_after_s
+        self._gate = threading.Condition()
+        self._closed = False
+        self._active = 0  # requests between their first check and their answer
+        self._reserved = 0  # the estimated cost of the requests being decoded
+
+    @property
+    def draining(self) -> bool:
+        return self._closed
+
+    def close(self, timeout_s: float) -> None:
+        """Take nothing more; wait up to ``timeout_s`` for requests in progress to be answered."""
+        with self._gate:
+            self._closed = True
+            self._gate.wait_for(lambda: not self._active, timeout_s)
 
     def bad(self, message: str, *, protocol: str) -> Answer:
         """Count and log a request that is not usable input; the answer to give."""
@@ -61,14 +86,43 @@ class Intake:
     def accept(self, body: bytes, *, protocol: str) -> Answer:
         """Take the spans of ``body`` (an encoded ``ExportTraceServiceRequest``) or say why not."""
         counters = self._counters
-        if self.draining:
-            counters.add("requests_received")
-            counters.add("requests_refused")
-            return Answer("draining", "shutting down", retry_after_s=1.0)
+        with self._gate:
+            if self._closed:
+                counters.add("requests_received")
+                counters.add("requests_refused")
+                return Answer("draining", "shutting down", retry_after_s=1.0)
+            self._active += 1
+        reserved = [0]
         try:
-            spans, rejected, reason = decode_request(body, wanted=self._wanted)
+            return self._accept(body, protocol, reserved)
+        finally:
+            with self._gate:
+                self._active -= 1
+                self._reserved -= reserved[0]
+                self._gate.notify_all()
+
+    def _admit(self, cost: int, reserved: list[int]) -> None:
+        """Reserve ``cost`` bytes for the decode, or raise :class:`_Full` with the reason."""
+        with self._gate:
+            if self._pressure is not None:
+                reason = self._pressure(cost + self._reserved)
+                if reason is not None:
+                    raise _Full(reason)
+            self._reserved += cost
+            reserved[0] = cost
+
+    def _accept(self, body: bytes, protocol: str, reserved: list[int]) -> Answer:
+        counters = self._counters
+        try:
+            spans, rejected, reason = decode_request(
+                body, wanted=self._wanted, admit=lambda cost: self._admit(cost, reserved)
+            )
         except BadRequest as exc:  # counted as a bad request, not as one received
             return self.bad(str(exc), protocol=protocol)
+        except _Full as full:
+            return self._refuse(str(full), protocol)
+        except MemoryError:  # valid data, no room now: the sender retries
+            return self._refuse("out of memory while decoding", protocol)
         counters.add("requests_received")
         if rejected:
             counters.add("spans_rejected", rejected)
@@ -76,10 +130,14 @@ class Intake:
         if not spans:
             return Answer("ok", reason, rejected)
         wal = self._wal
-        if wal is None:
-            refused, leaving = self._buffer.add(spans)
-        else:
-            refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(body, ids, len(spans)))
+        with self._gate:  # joins the buffer only while not closed, whatever close()'s wait
+            if self._closed:
+                counters.add("requests_refused")
+                return Answer("draining", "shutting down", retry_after_s=1.0)
+            if wal is None:
+                refused, leaving = self._buffer.add(spans)
+            else:
+                refused, leaving = self._buffer.add(spans, write_ahead=lambda ids: wal.append(body, ids, len(spans)))
         if refused is not None:
             counters.add("requests_refused")
             self._log.event("refused", protocol=protocol, reason=refused.reason, spans=len(spans))
@@ -88,3 +146,14 @@ class Intake:
         if leaving:
             self._leave(leaving)
         return Answer("ok", reason, rejected)
+
+    def _refuse(self, reason: str, protocol: str) -> Answer:
+        counters = self._counters
+        counters.add("requests_received")
+        counters.add("requests_refused")
+        self._log.event("refused", protocol=protocol, reason=reason)
+        return Answer("full", reason, retry_after_s=self._retry_after)
+
+
+class _Full(Exception):
+    """No room for a request's decode now (the message says what is held)."""

@@ -22,7 +22,7 @@ from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
-from latency_budget._serve.forwarder import Forwarder, Sender
+from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, FORWARD_BATCH_SPANS, Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
 from latency_budget._serve.http_receiver import (
     BODY_TIMEOUT_S,
@@ -33,15 +33,15 @@ from latency_budget._serve.http_receiver import (
 )
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import BadRequest, Origin, decode_request, encode_batch
+from latency_budget._serve.otlp import BadRequest, decode_request
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
 
 __all__ = ["ServeOptions", "Server"]
 
 ReportSink = Callable[[TraceReport], object]
-# Spans per forwarded request: large enough to amortise a call, small enough for any hop's limit.
-_BATCH_SPANS = 2048
+# What a span waiting for the next hop costs beyond its bytes: its (origin, bytes) pair and list slot.
+_QUEUED_SPAN_COST = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,8 @@ class ServeOptions:
     http_max_connections: int = MAX_CONNECTIONS
     http_header_timeout_s: float = HEADER_TIMEOUT_S
     http_body_timeout_s: float = BODY_TIMEOUT_S
+    forward_batch_bytes: int = DEFAULT_BATCH_BYTES
+    forward_workers: int = DEFAULT_WORKERS
 
 
 class Server:
@@ -86,14 +88,31 @@ class Server:
         self._buffer = TraceBuffer(options.limits, clock)
         self._judge = Judge(config, roots=options.roots, max_spans_per_trace=options.limits.max_spans_per_trace)
         self._forwarder = Forwarder(
-            sender, queue_spans=options.queue_spans, counters=self.counters, log=self.log, destination=destination
+            sender,
+            counters=self.counters,
+            log=self.log,
+            destination=destination,
+            max_batch_bytes=options.forward_batch_bytes,
+            workers=options.forward_workers,
         )
         self._wanted = _wanted_keys(config, options)
         self._wal = Wal(options.wal, self.counters, self.log) if options.wal is not None else None
         if self._wal is not None:
             self._wal.open()  # WalError: a bad --wal-dir, before any port is taken
-        self._intake = Intake(self._buffer, self.counters, self.log, self._leave, wanted=self._wanted, wal=self._wal)
+        self._intake = Intake(
+            self._buffer,
+            self.counters,
+            self.log,
+            self._leave,
+            wanted=self._wanted,
+            wal=self._wal,
+            pressure=self._pressure,
+            retry_after_s=max(1.0, min(options.limits.decision_wait_s, 30.0)),
+        )
         self._decide_lock = threading.Lock()  # the judge and its recent calls: one trace at a time
+        # Bytes of the traces out of the buffer and not yet in the forward queue (being judged).
+        self._moving = threading.Lock()
+        self._deciding = 0
         self._stopping = threading.Event()
         self._draining = False
         self._decider = threading.Thread(target=self._decide_loop, name="latency-budget-decide", daemon=True)
@@ -144,8 +163,9 @@ class Server:
         """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
         deadline = self._clock() + self.options.shutdown_timeout_s
         self._draining = True
-        self._intake.draining = True
         self.log.event("draining", always=True)
+        # Nothing joins the buffer from now on: a request still being read or decoded is refused (retry).
+        self._intake.close(min(1.0, self.options.shutdown_timeout_s / 4))
         if self.http is not None:
             self.http.stop()
         self.grpc.stop(min(1.0, self.options.shutdown_timeout_s / 4))
@@ -153,24 +173,43 @@ class Server:
         self._decider.join(max(0.0, deadline - self._clock()))
         with self._decide_lock:
             self._decide(self._buffer.drain())
-        self._forwarder.close(deadline - 0.2)
+        left = self._forwarder.close(deadline - 0.2, kept=self._wal is not None)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
         if self._wal is not None:
             self._wal.close()
         self.log.event("shutdown", always=True, counters=counters, reports_done_in_time=flushed)
         self.health.stop()
-        return flushed and counters["spans_dropped"] == 0
+        return flushed and not left and counters["spans_dropped"] == 0
 
     # -- internals -----------------------------------------------------------------------
 
+    def _pressure(self, cost: int) -> str | None:
+        """Why a request that costs ``cost`` bytes decoded cannot be taken now, or None (the intake asks)."""
+        with self._moving:  # one moment: no trace counted twice or missed as it moves on
+            buffered = self._buffer.held()[2] + self._deciding
+            spans, queued_bytes = self._forwarder.held()
+        options = self.options
+        if spans >= options.queue_spans:
+            return f"{spans} spans waiting for the next hop (--queue-size {options.queue_spans})"
+        held = buffered + queued_bytes + spans * _QUEUED_SPAN_COST
+        limit = options.limits.max_bytes
+        if held + cost > limit and (held or cost > limit):
+            return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
+        return None
+
     def _health(self) -> tuple[bool, dict[str, object]]:
-        traces, spans, held_bytes = self._buffer.held()
+        with self._moving:
+            traces, spans, held_bytes = self._buffer.held()
+            judging_bytes = self._deciding
+            queued_spans, queued_bytes = self._forwarder.held()
         held: dict[str, object] = {
             "traces": traces,
             "spans": spans,
             "bytes": held_bytes,
-            "forward_queue_spans": self._forwarder.queued(),
+            "judging_bytes": judging_bytes,
+            "forward_queue_spans": queued_spans,
+            "forward_queue_bytes": queued_bytes,
         }
         if self._wal is not None:
             held["wal"] = self._wal.held()
@@ -186,7 +225,14 @@ class Server:
         while not self._stopping.wait(tick):
             try:
                 with self._decide_lock:
-                    self._decide(self._buffer.due())
+                    with self._moving:  # counted as held while they are judged
+                        decided = self._buffer.due()
+                        self._deciding = sum(received.size for item in decided for received in item.spans)
+                    try:
+                        self._decide(decided, judged=True)
+                    finally:
+                        with self._moving:
+                            self._deciding = 0
             except Exception as exc:  # a bug of ours: logged, and the loop goes on
                 self.log.event("internal_error", where="decide", error=repr(exc)[:300])
 
@@ -208,7 +254,7 @@ class Server:
                 self.counters.add("spans_late", len(item.spans))
         self._forward(decided)
 
-    def _decide(self, decided: list[Decided]) -> None:
+    def _decide(self, decided: list[Decided], *, judged: bool = False) -> None:
         if not decided:
             return
         counters = self.counters
@@ -234,7 +280,7 @@ class Server:
         unjudged = sum(1 for item in decided if item.outcome == "no_root")
         if unjudged:
             self.log.event("forwarded_unjudged", reason="root never arrived (--max-wait)", traces=unjudged)
-        self._forward(decided)
+        self._forward(decided, judged=judged)
         for report in reports:
             for sink in self._sinks:
                 try:
@@ -243,34 +289,34 @@ class Server:
                     counters.add("reports_failed")
                     self.log.event("report_failed", sink=type(sink).__name__, error=repr(exc)[:300])
 
-    def _forward(self, decided: list[Decided]) -> None:
-        """Queue the ``decided`` traces a batch's worth at a time, each settled in the log once it has left."""
-        for group in settling_groups(decided, _BATCH_SPANS):
-            self._forward_group(group)
+    def _forward(self, decided: list[Decided], *, judged: bool = False) -> None:
+        """Queue the ``decided`` traces a request's worth at a time, each run settled in the log once it has left.
+
+        Runs of whole traces (:func:`settling_groups`, bounded as a forwarded request is) so that
+        a crash sends again at most the runs in flight. ``judged``: they are the decider's
+        (counted in ``_deciding`` until they are queued).
+        """
+        groups = settling_groups(decided, FORWARD_BATCH_SPANS, self.options.forward_batch_bytes)
+        if not judged:
+            for group in groups:
+                self._forward_group(group)
+            return
+        with self._moving:  # from being judged to queued, in one step for the bounds
+            for group in groups:
+                self._forward_group(group)
+            self._deciding = 0
 
     def _forward_group(self, decided: list[Decided]) -> None:
-        """Queue the spans of the ``decided`` traces in batches; the last one settles them in the log."""
-        spans = ((received.origin, received.encoded) for item in decided for received in item.spans)
+        """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log."""
         wal = self._wal
-        settled = [(item.trace_id, item.seq) for item in decided] if wal is not None else []
-        put = self._forwarder.put
-        held: list[tuple[Origin, bytes]] | None = None  # the last batch waits: it carries the settling
-        batch: list[tuple[Origin, bytes]] = []
-        for pair in spans:
-            batch.append(pair)
-            if len(batch) >= _BATCH_SPANS:
-                if held is not None:
-                    put(encode_batch(held), len(held))
-                held, batch = batch, []
-        if batch:
-            if held is not None:
-                put(encode_batch(held), len(held))
-            held = batch
-        done = (lambda: wal.settle(settled)) if wal is not None and settled else None
-        if held is not None:
-            put(encode_batch(held), len(held), done)
-        elif done is not None:
-            done()
+        pairs = [(received.origin, received.encoded) for item in decided for received in item.spans]
+        done: Callable[[], object] | None = None
+        traces: frozenset[int] = frozenset()
+        if wal is not None:
+            settled = [(item.trace_id, item.seq) for item in decided]
+            traces = frozenset(trace_id for trace_id, _ in settled)
+            done = lambda: wal.settle(settled)  # noqa: E731
+        self._forwarder.put(pairs, done, traces)
 
     def _replay(self, wal: Wal) -> None:
         """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""

@@ -26,6 +26,10 @@ Counter = Literal[
     "spans_evicted",
     "spans_forwarded",
     "spans_dropped",
+    "spans_truncated",
+    "spans_too_large",
+    "spans_kept_in_wal",
+    "forward_batches_split",
     "reports_failed",
     "http_clients_gone",
     "http_connections_evicted",
@@ -51,8 +55,14 @@ Counter = Literal[
   ``traces_forwarded_unjudged`` (the root never arrived, or shutdown came first),
   ``traces_already_annotated`` (judged in process: forwarded untouched),
   ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
-- ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop stayed down
-  past the queue, or shutdown came first), ``reports_failed`` (a log or metric sink raised);
+- ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop refused them
+  for good, or, without a write-ahead log, the shutdown deadline came first),
+  ``spans_truncated`` (a span alone over ``--forward-batch-bytes``: its attribute values cut
+  to fit, then forwarded), ``spans_too_large`` (a span that could not be cut to fit, or that
+  the next hop refused alone as too large: dropped by rule), ``spans_kept_in_wal`` (not
+  taken by the next hop by the shutdown deadline: left in the write-ahead log for the next
+  run), ``forward_batches_split`` (requests the next hop refused as too large, sent again
+  in halves), ``reports_failed`` (a log or metric sink raised);
 - the HTTP receivers: ``http_clients_gone`` (a client reset or closed its connection
   mid-request, or stopped reading the answer), ``http_connections_evicted`` (the connection
   that waited longest for its request, closed at the connection limit to make room);

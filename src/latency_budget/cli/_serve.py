@@ -4,7 +4,9 @@ Every option has an environment variable, ``LATENCY_BUDGET_SERVE_<OPTION>`` (the
 in capitals, ``-`` as ``_``); the option wins. Where the spans, violation logs and
 budget metrics go is the standard ``OTEL_EXPORTER_OTLP_*`` settings, or
 ``--forward-endpoint``. The server runs until SIGTERM or SIGINT, then drains within
-``--shutdown-timeout`` and exits 0.
+``--shutdown-timeout`` and exits 0. A second SIGTERM or SIGINT while it drains is logged
+(``signal_during_drain``) and the drain goes on to its deadline; SIGHUP is logged
+(``signal_ignored``) and changes nothing: the budget file is read at the start only.
 """
 
 from __future__ import annotations
@@ -60,7 +62,9 @@ def register(commands: Any) -> None:
     add("--max-spans-per-trace", metavar="N", help="past it a trace is forwarded unjudged (default 10000)")
     add("--max-bytes", metavar="N", help="bytes held in open traces; past it requests are refused (default 256 MiB)")
     add("--max-request-bytes", metavar="N", help="largest request taken (default 16 MiB)")
-    add("--queue-size", metavar="SPANS", help="spans queued for the next hop; past it, dropped (default 100000)")
+    add("--queue-size", metavar="SPANS", help="spans queued for the next hop; past it requests are refused (100000)")
+    add("--forward-batch-bytes", metavar="N", help="bytes of one forwarded request at most (default 3 MiB)")
+    add("--forward-workers", metavar="N", help="forwarded requests in flight at once (default 2)")
     add("--shutdown-timeout", metavar="SECONDS", help="drain deadline after SIGTERM (default 10)")
     add("--roots", metavar="trace|local", help="trace: one request per trace (default); local: each local root")
     add("--reports", metavar="otlp|none", help="violation/hint logs and budget metrics over OTLP (default otlp)")
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Imported here: grpc and the exporters take a moment to load, and only serve needs them.
     from latency_budget._serve.assembly import Limits  # noqa: PLC0415
-    from latency_budget._serve.forwarder import open_sender  # noqa: PLC0415
+    from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, open_sender  # noqa: PLC0415
     from latency_budget._serve.reports import open_report_sinks  # noqa: PLC0415
     from latency_budget._serve.server import ServeOptions, Server  # noqa: PLC0415
     from latency_budget._serve.wal import FSYNC_POLICIES, WalError, WalOptions  # noqa: PLC0415
@@ -127,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         http_max_connections=settings.get("http-max-connections", _count, 128),
         http_header_timeout_s=settings.get("http-header-timeout", _seconds, 10.0),
         http_body_timeout_s=settings.get("http-body-timeout", _seconds, 30.0),
+        forward_batch_bytes=settings.get("forward-batch-bytes", _count, DEFAULT_BATCH_BYTES),
+        forward_workers=settings.get("forward-workers", _count, DEFAULT_WORKERS),
     )
     if options.max_request_bytes > limits.max_bytes:
         raise CliError("serve: --max-request-bytes must not be larger than --max-bytes")
@@ -151,17 +157,32 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:
         raise CliError(f"serve: cannot listen: {exc}") from None
     stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def later(event: str, **fields: object) -> None:
+        # Logged on a thread of its own: the handler may have interrupted the main thread inside the log's lock.
+        threading.Thread(target=server.log.event, args=(event,), kwargs={"always": True, **fields}).start()
+
+    def on_stop(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            name = signal.Signals(signum).name
+            later("signal_during_drain", signal=name, action="the drain goes on until --shutdown-timeout")
+        stop.set()
+
+    def on_hangup(signum: int, _frame: object) -> None:
+        later("signal_ignored", signal="SIGHUP", reason="the budget file is read at the start only: restart to reload")
+
+    handlers = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGHUP: on_hangup}
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         server.start()
         # Everything loaded so far (grpc, protobuf, the SDK) lives as long as the process: kept
         # out of the garbage collector's full passes, which otherwise scan it again and again.
         gc.freeze()
         stop.wait()
+        server.drain()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    server.drain()
     return 0
 
 
