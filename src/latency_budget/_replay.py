@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState, is_local_root
+from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, TraceState, is_local_root
 
 __all__ = ["JudgedRoot", "Recorded", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
 
@@ -119,7 +119,8 @@ def evaluate_spans(
     """One report per local root among ``spans`` that is a request, ordered by the root's start time.
 
     A span whose parent is absent from the recording is treated as a local root. As in
-    the live processor, spans that end after their local root are not counted, and
+    the live processor, spans that end after their local root are counted only when they
+    started before it ended and ended within ``LATE_SPAN_BOUND_MS`` of its end, and
     whether the root is a request (the budget file's ``requests``) and its profile are
     decided from the root's name, kind and attributes (here, its final ones). With
     ``every_root``, every local root is judged, whatever ``requests`` says.
@@ -195,6 +196,7 @@ def judge_roots(
             members.setdefault(local_root(key), []).append(span)
 
     judged: list[JudgedRoot] = []
+    late_ns = int(LATE_SPAN_BOUND_MS * 1e6)
     unshared = nullcontext()  # one thread: the overflow counters need no lock
     resolve = config.for_resource if config.resource_keys else None
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
@@ -205,9 +207,13 @@ def judge_roots(
         state = TraceState(
             root_config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events
         )
-        # In the order they ended, the root last; spans that ended after their root are
-        # left out: the live processor could not count them either.
-        ended = [s for s in members[root_key] if s is not root and s.end_ns <= root.end_ns]
+        # In the order they ended, the root last. As live (the processor's late children),
+        # a span that started before its root ended and ended within LATE_SPAN_BOUND_MS
+        # after it counts, up to the root's end; a span ending later, or starting after
+        # the root ended, does not.
+        root_end = root.end_ns
+        latest = root_end + late_ns
+        ended = [s for s in members[root_key] if s is not root and s.end_ns <= latest and s.start_ns <= root_end]
         ended.sort(key=lambda s: (s.end_ns, s.start_ns))
         ended.append(root)
         stage = -1
@@ -222,7 +228,7 @@ def judge_roots(
                 span.kind,
                 span.scope,
                 span.start_ns,
-                span.end_ns,
+                min(span.end_ns, root_end),
                 span.attributes,
                 span,
             )

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Event
     from opentelemetry.trace import SpanKind
 
-__all__ = ["StageTally", "TraceState", "is_local_root"]
+__all__ = ["LATE_SPAN_BOUND_MS", "StageTally", "TraceState", "is_local_root"]
+
+# How long after its local root a stage span that started before the root ended may end
+# and still count in the root's judgment (span timestamps), and how long, in wall-clock
+# time, the live processor holds a root back for such spans (the processor, the replay of
+# recorded traces and serve alike: docs/reliability.md#late-spans).
+LATE_SPAN_BOUND_MS = 20.0
 
 _NONE: frozenset[int] = frozenset()
 # The scopes whose spans say "tool calls only" in an event (TOOL_CALLS_ONLY): read on every
@@ -70,14 +76,18 @@ class TraceState:
     __slots__ = (
         "budgets",
         "calls",
+        "closed",
         "config",
+        "deadline",
         "finished",
         "first_tokens",
+        "held",
         "inner_calls",
         "last_seen",
         "lock",
         "max_spans",
         "names",
+        "opened",
         "overflow",
         "overflow_first_token_at",
         "owned",
@@ -139,6 +149,14 @@ class TraceState:
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
         self.last_seen = root_start  # span timestamps, not wall-clock reads
+        # The live processor's late children: the ids of stage spans that started under the
+        # root (labelled at their start) and of those that ended, appended without a lock
+        # (atomic in CPython); and, once the root ended while some were open, the root held
+        # back (the span, its stage, its ended view) until ``deadline`` (monotonic ns).
+        self.opened: list[int] = []
+        self.closed: list[int] = []
+        self.held: tuple[Any, int, Any] | None = None
+        self.deadline = 0
         self.referenced = True
         self.truncated = False
         self.finished = False
