@@ -21,7 +21,7 @@ from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_l
 from latency_budget._core.call_facts import Call, RawCall, recorded_calls
 from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
-from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
+from latency_budget._core.first_token import answered_with_tool_calls_only, not_a_generation, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
 from latency_budget._core.report import TraceReport
 
@@ -208,6 +208,8 @@ class TraceState:
         if sources and definition.first_token_keys.isdisjoint(attributes):
             sources = definition.first_token_events  # the attribute sources have nothing to read
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
+        if ttft is not None and not_a_generation(attributes):
+            ttft = None  # an embedding's or a tool's "first token" is no model's: not read
         seen = False
         if ttft is not None or scope in _EVENT_SCOPES:
             # Whether the user saw its first token; and, read anyway, whether it made tool calls only.
