@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
+from latency_budget._core.inference import SERVER_E2E, ServerSpan
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, TraceState, is_local_root
 
@@ -195,6 +196,7 @@ def judge_roots(
         for key, span in by_id.items():
             members.setdefault(local_root(key), []).append(span)
 
+    servers = _server_spans(by_id)
     judged: list[JudgedRoot] = []
     late_ns = int(LATE_SPAN_BOUND_MS * 1e6)
     unshared = nullcontext()  # one thread: the overflow counters need no lock
@@ -233,6 +235,7 @@ def judge_roots(
                 span,
             )
         state.config = root_config
+        state.servers = servers.get(root.trace_id, ())
         if not every_root and not state.judged_by_default(root.kind, root.remote_parent, root.attributes):
             continue  # start-up work, by the default rule: not judged, as in the live processor
         report = state.report(
@@ -244,6 +247,27 @@ def judge_roots(
         )
         judged.append(JudgedRoot(root, state, report, stage))  # stage: the root's, recorded last
     return judged
+
+
+def _server_spans(by_id: Mapping[tuple[int, int], Recorded]) -> dict[int, list[ServerSpan]]:
+    """Per trace, the inference servers' own spans (``gen_ai.latency.e2e``), each with its ancestors' ids.
+
+    The ancestors are followed across process boundaries (a remote parent that the
+    recording holds): the server's span hangs under the client's HTTP call, in another
+    local root, which is how a model call finds the server's side of it.
+    """
+    found: dict[int, list[ServerSpan]] = {}
+    for (trace_id, _), span in by_id.items():
+        if SERVER_E2E not in span.attributes:
+            continue
+        ancestors: list[int] = []
+        parent = span.parent_id
+        while parent is not None and len(ancestors) < 64:  # bounded: a loop of ids ends the walk
+            ancestors.append(parent)
+            above = by_id.get((trace_id, parent))
+            parent = above.parent_id if above is not None else None
+        found.setdefault(trace_id, []).append((tuple(ancestors), span.attributes))
+    return found
 
 
 def _events(span: Recorded) -> tuple[Event, ...]:

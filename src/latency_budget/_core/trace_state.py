@@ -23,6 +23,7 @@ from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, not_a_generation, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
+from latency_budget._core.inference import ServerSpan, inference_split
 from latency_budget._core.report import TraceReport
 
 if TYPE_CHECKING:
@@ -95,6 +96,7 @@ class TraceState:
         "referenced",
         "root_id",
         "root_start",
+        "servers",
         "shared",
         "spans",
         "tools_only",
@@ -153,6 +155,9 @@ class TraceState:
         # root (labelled at their start) and of those that ended, appended without a lock
         # (atomic in CPython); and, once the root ended while some were open, the root held
         # back (the span, its stage, its ended view) until ``deadline`` (monotonic ns).
+        # Inference servers' own spans in the trace (vLLM's `llm_request`), with their
+        # ancestors: given by the replay of recorded traces, which sees other processes' spans.
+        self.servers: Sequence[ServerSpan] = ()
         self.opened: list[int] = []
         self.closed: list[int] = []
         self.held: tuple[Any, int, Any] | None = None
@@ -338,10 +343,12 @@ class TraceState:
         # One call is one call for the levers too: the stage calls but those nested in a call
         # of their stage (inner_calls, found above), inline (a call costs more than the test).
         calls: Sequence[Call] = ()
+        inference = None
         if self.calls:
             inner = self.inner_calls
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
             calls = recorded_calls(raw, self.tools_only or _NONE)
+            inference = inference_split(raw, self.servers)
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
@@ -361,6 +368,7 @@ class TraceState:
             start_time_ns=root_start,
             end_time_ns=root_end,
             hints_left_out=left_out,
+            inference=inference,
         )
 
     def _find_nested(
