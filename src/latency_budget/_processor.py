@@ -110,7 +110,7 @@ class LatencyBudgetProcessor(SpanProcessor):
     open child, or, once the bound has passed in span time or in wall-clock time, at the
     next span end of any trace, at :meth:`force_flush` or at :meth:`shutdown` (judged
     without the children still open, counted in ``stats().late_spans_missed``). 0 turns
-    the wait off (roots are judged when they end, as before 0.x).
+    the wait off: every root is judged when it ends.
     """
 
     def __init__(
