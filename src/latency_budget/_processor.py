@@ -111,6 +111,13 @@ class LatencyBudgetProcessor(SpanProcessor):
     next span end of any trace, at :meth:`force_flush` or at :meth:`shutdown` (judged
     without the children still open, counted in ``stats().late_spans_missed``). 0 turns
     the wait off: every root is judged when it ends.
+
+    ``late_span_grace_ms`` (default 0: off) holds every local root that long, in
+    wall-clock time, whether or not a child is open, for instrumentations that start
+    their spans after the call they describe (LiteLLM's callback writes `litellm_request`
+    after the call, with its times): a span of the trace that starts and ends meanwhile,
+    within the root's times, is counted. The root is released as above (no timer runs:
+    in a quiet process it waits for the next span end, flush or shutdown).
     """
 
     def __init__(
@@ -124,12 +131,16 @@ class LatencyBudgetProcessor(SpanProcessor):
         idle_ttl_s: float = 300.0,
         reload_interval_s: float | None = None,
         late_span_wait_ms: float = LATE_SPAN_BOUND_MS,
+        late_span_grace_ms: float = 0.0,
     ) -> None:
         if max_active_traces < 1 or max_spans_per_trace < 1 or not idle_ttl_s > 0:
             raise ValueError("max_active_traces, max_spans_per_trace and idle_ttl_s must be positive")
-        if not late_span_wait_ms >= 0:
-            raise ValueError("late_span_wait_ms must be zero or positive")
+        if not late_span_wait_ms >= 0 or not late_span_grace_ms >= 0:
+            raise ValueError("late_span_wait_ms and late_span_grace_ms must be zero or positive")
         self._late_ns = int(late_span_wait_ms * 1e6)
+        self._grace_ns = int(late_span_grace_ms * 1e6)
+        # Every held root waits as long (so the held roots are in deadline order).
+        self._hold_ns = max(self._late_ns, self._grace_ns)
         # Local roots held back for their late children, oldest (earliest deadline) first,
         # and those found ready (their last open child ended), under the table's lock.
         self._held: dict[TraceState, None] = {}
@@ -460,7 +471,7 @@ class LatencyBudgetProcessor(SpanProcessor):
                 self._table.drop(state)  # start-up work, by the default requests rule: not judged
                 return None
             ended = (name, kind, scope, start, end, attributes)
-            if self._late_ns and state.opened and _still_open(state):
+            if self._grace_ns or (self._late_ns and state.opened and _still_open(state)):
                 self._hold(span, state, stage, ended)
                 return _HOLD
             return self._end_root(span, state, stage, ended)
@@ -475,7 +486,7 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _hold(self, root: ReadableSpan, state: TraceState, stage: int, ended: Ended) -> None:
         """Hold a local root back (its trace stays open) until its open stage children end or the bound passes."""
         state.held = (root, stage, ended)
-        state.deadline = time.monotonic_ns() + self._late_ns
+        state.deadline = time.monotonic_ns() + self._hold_ns
         with self._table.lock:
             self._held[state] = None
 
@@ -504,8 +515,8 @@ class LatencyBudgetProcessor(SpanProcessor):
             return None
         self._late_spans += 1  # unlocked: a lost update only undercounts a diagnostic
         state.closed.append(span_id)
-        if not _still_open(state):
-            self._ready.append(state)  # its last open child: judge it now
+        if not self._grace_ns and not _still_open(state):
+            self._ready.append(state)  # its last open child: judge it now (with a grace, at its deadline)
         extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 

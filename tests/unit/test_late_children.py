@@ -158,3 +158,20 @@ def test_replay_counts_a_child_ending_2_ms_after_its_root_as_live() -> None:
     ]
     (report,) = evaluate_spans(config, spans)
     assert report.stage("model_call").count == 2
+
+
+def test_with_a_grace_a_span_written_after_the_call_by_a_callback_is_counted() -> None:
+    """late_span_grace_ms: LiteLLM's litellm_request, started and ended after the root with times inside it, counts."""
+    litellm = {"gen_ai.operation.name": "acompletion", "llm.request.type": "acompletion", "gen_ai.request.model": "m"}
+    counted = []
+    for grace in (0.0, 5.0):
+        p = pipeline(late_span_grace_ms=grace)
+        root = p.start("POST /ask", 0)
+        p.run("litellm_request", 10, 300, parent=root, attributes=litellm)
+        root.end(end_time=at(400))
+        p.run("litellm_request", 310, 390, parent=root, attributes=litellm)  # the callback of the last call
+        p.processor.force_flush()
+        (report,) = p.reports
+        counted.append(report.stage("model_call").count)
+        assert [s.name for s in p.finished()].count("POST /ask") == 1
+    assert counted == [1, 2]
