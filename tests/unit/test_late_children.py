@@ -10,6 +10,9 @@ side of the bound is released by ``force_flush`` and ``shutdown``, never waited 
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
+
 from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget import _attributes as attr
 from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS
@@ -104,8 +107,11 @@ def test_a_root_with_no_open_stage_child_is_forwarded_at_once() -> None:
 
 
 def test_a_span_starting_while_the_root_is_held_is_counted() -> None:
-    """LiteLLM's callback span starts after the root ended (times inside it): counted while the root is held."""
-    p = pipeline()
+    """LiteLLM's callback span starts after the root ended (times inside it): counted while the root is held.
+
+    The wait is a minute: a span ends between the root's end and its last child's, so a wall-clock bound could pass.
+    """
+    p = pipeline(late_span_wait_ms=60_000)
     root = p.start("POST /ask", 0)
     first = p.start("chat", 10, parent=root, attributes=CHAT)
     root.end(end_time=at(500))
@@ -175,3 +181,29 @@ def test_with_a_grace_a_span_written_after_the_call_by_a_callback_is_counted() -
         counted.append(report.stage("model_call").count)
         assert [s.name for s in p.finished()].count("POST /ask") == 1
     assert counted == [1, 2]
+
+
+def test_held_roots_released_from_many_threads_are_forwarded_once_each() -> None:
+    """Eight requests whose late children end at once on eight threads: every root and child reaches downstream once.
+
+    The wait is a minute, so the wall-clock side of the bound never passes however slowly the threads run.
+    """
+    p = pipeline(late_span_wait_ms=60_000)
+    barrier = threading.Barrier(8)
+
+    def request(n: int) -> None:
+        root = p.start(f"req {n}", 0)
+        late = p.start(f"chat {n}", 100, parent=root, attributes=CHAT)
+        root.end(end_time=at(200))
+        barrier.wait()
+        late.end(end_time=at(201))
+
+    threads = [threading.Thread(target=request, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    p.processor.force_flush()
+    names = Counter(s.name for s in p.finished())
+    assert names == Counter({**{f"req {n}": 1 for n in range(8)}, **{f"chat {n}": 1 for n in range(8)}})
+    assert sorted(r.stage("model_call").count for r in p.reports) == [1] * 8
