@@ -71,28 +71,30 @@ def inference_split(calls: Iterable[RawCall], servers: Sequence[ServerSpan]) -> 
                 if ancestor in ids:
                     by_call.setdefault(ancestor, attributes)
                     break
+    # Sums in whole nanoseconds: the same whatever order the calls were recorded in (live
+    # and replayed reports are equal), where float sums are not.
     server_calls = client_calls = 0
-    overhead = queue = prompt = before = generation = 0.0
+    overhead = queue = prompt = before = generation = 0
     tokens = 0
     tokens_known = True
     for span_id, _, start, end, ttft, attributes in models:
-        duration_s = max(0, end - start) / 1e9
+        duration = max(0, end - start)
         server = by_call.get(span_id)
         if server is not None:
-            e2e = _seconds(server.get(SERVER_E2E))
+            e2e = _ns(server.get(SERVER_E2E))
             if e2e is None:
                 continue
             server_calls += 1
-            overhead += max(0.0, duration_s - e2e)
-            queue += _seconds(server.get(SERVER_QUEUE)) or 0.0
-            prompt += _seconds(server.get(SERVER_PREFILL)) or 0.0
-            generation += _seconds(server.get(SERVER_DECODE)) or 0.0
+            overhead += max(0, duration - e2e)
+            queue += _ns(server.get(SERVER_QUEUE)) or 0
+            prompt += _ns(server.get(SERVER_PREFILL)) or 0
+            generation += _ns(server.get(SERVER_DECODE)) or 0
             counted = _tokens(attributes) or _tokens(server)
         elif ttft is not None:
             client_calls += 1
-            first = min(ttft / 1e9, duration_s)
+            first = min(ttft, duration)
             before += first
-            generation += duration_s - first
+            generation += duration - first
             counted = _tokens(attributes)
         else:
             continue
@@ -102,23 +104,24 @@ def inference_split(calls: Iterable[RawCall], servers: Sequence[ServerSpan]) -> 
             tokens += counted
     if not server_calls and not client_calls:
         return None
-    rate = tokens / generation if tokens_known and tokens and generation > 0 else None
+    rate = tokens * 1e9 / generation if tokens_known and tokens and generation > 0 else None
     return InferenceSplit(
         server_calls,
         client_calls,
-        overhead * 1e3,
-        queue * 1e3,
-        prompt * 1e3,
-        before * 1e3,
-        generation * 1e3,
+        overhead / 1e6,
+        queue / 1e6,
+        prompt / 1e6,
+        before / 1e6,
+        generation / 1e6,
         rate,
     )
 
 
-def _seconds(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+def _ns(seconds: object) -> int | None:
+    """A server's duration in seconds as whole nanoseconds; None when it is no usable number."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < 1e9:
         return None
-    return float(value) if value != float("inf") else None
+    return round(seconds * 1e9)
 
 
 def _tokens(attributes: Mapping[str, object]) -> int | None:
