@@ -107,8 +107,8 @@ class LatencyBudgetProcessor(SpanProcessor):
     ``late_span_wait_ms``: a child that ends within that many milliseconds after the root
     (span timestamps) is counted, up to the root's end. The root is held, never waited
     for: it is judged and forwarded, exactly once, from the thread that ends its last
-    open child, or, once the bound has passed in span time or in wall-clock time, at the
-    next span end of any trace, at :meth:`force_flush` or at :meth:`shutdown` (judged
+    open child, or, once the bound has passed in span time or in wall-clock time, when a
+    local root next starts or ends, at :meth:`force_flush` or at :meth:`shutdown` (judged
     without the children still open, counted in ``stats().late_spans_missed``). 0 turns
     the wait off: every root is judged when it ends.
 
@@ -274,8 +274,6 @@ class LatencyBudgetProcessor(SpanProcessor):
             self._forward_end(forward)
         if report is not None:
             self._tell(report)
-        if self._held:  # roots held back: those whose children ended, or whose bound passed
-            self._release(everything=False)
 
     def _tell(self, report: TraceReport) -> None:
         """Give a finished trace's report to each ``on_report`` callback; their exceptions are logged once."""
@@ -429,6 +427,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         start: int,
         attributes: Mapping[str, Any],
     ) -> None:
+        if self._held:  # roots held for late children whose wall-clock bound has passed: released here
+            self._release(everything=False)
         config = self._config
         if config.resource_keys:  # rules that read the resource: settled for this provider's, once
             config = config.for_resource(span.resource.attributes)
@@ -465,6 +465,8 @@ class LatencyBudgetProcessor(SpanProcessor):
             return self._end_late(span, span_id, parent_id, state, name, kind, scope, start, end, attributes)
         stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
+            if self._held:  # other roots held for late children whose wall-clock bound has passed
+                self._release(everything=False)
             if state.config.default_rule_stage >= 0 and not state.judged_by_default(
                 kind, parent is not None, attributes
             ):
@@ -509,6 +511,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         if start > root_end or end > root_end + self._late_ns:
             # Past the bound (span time): the root is judged now, without it and the others still open.
             self._ready.append(state)
+            self._release(everything=False)
             return None
         stage = state.end_span(span_id, parent_id, name, kind, scope, start, min(end, root_end), attributes, span)
         if stage < 0:
@@ -517,6 +520,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         state.closed.append(span_id)
         if not self._grace_ns and not _still_open(state):
             self._ready.append(state)  # its last open child: judge it now (with a grace, at its deadline)
+        self._release(everything=False)  # this one if ready, and any whose wall-clock bound passed
         extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 

@@ -12,7 +12,7 @@ the generation after it, with the output rate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from latency_budget._core.call_facts import RawCall
@@ -33,7 +33,7 @@ _OUTPUT_TOKENS = ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens"
 ServerSpan = tuple[tuple[int, ...], Mapping[str, object]]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InferenceSplit:
     """A request's model calls split by where their time went, in milliseconds, summed over its calls.
 
@@ -43,6 +43,7 @@ class InferenceSplit:
     (network, queueing and prompt processing, not told apart). ``generation_ms`` is both's
     (the server's decode time, or the client's time after its first token), and
     ``output_tokens_per_s`` the output tokens over it, where every such call counts them.
+    Built once per request (slotted, not frozen, as the report: cheaper to build); read-only.
     """
 
     server_calls: int = 0
@@ -55,16 +56,19 @@ class InferenceSplit:
     output_tokens_per_s: float | None = None
 
 
-def inference_split(calls: Iterable[RawCall], servers: Sequence[ServerSpan]) -> InferenceSplit | None:
+def inference_split(calls: Sequence[RawCall], servers: Sequence[ServerSpan]) -> InferenceSplit | None:
     """The split of ``calls`` (a request's outermost stage calls) that are model calls; None when none says anything.
 
     A server span belongs to its nearest ancestor among the model calls (retrieval and
     tool calls are passed over: a tool that calls a model holds that model call); a call
     with no server span counts when it has a first token (only model calls read one).
     """
-    models = [call for call in calls if not not_a_generation(call[5])]
+    # A call with a first token is a model call (first tokens are read on nothing else), so
+    # the operations are looked at only where a server span has to find its call.
+    models = calls
     by_call: dict[int, Mapping[str, object]] = {}
     if servers:
+        models = [call for call in calls if not not_a_generation(call[5])]
         ids = {call[0] for call in models}
         for ancestors, attributes in servers:
             for ancestor in ancestors:
