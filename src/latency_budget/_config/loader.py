@@ -18,6 +18,7 @@ from latency_budget._config.genai_defaults import (
     BUILTIN_STAGES,
     DEFAULT_FIRST_TOKEN,
     DEFAULT_PARALLELIZABLE,
+    DEFAULT_PROTECTED,
     builtin_rules,
 )
 from latency_budget._config.limits import MAX_PROFILES, MAX_RULES, MAX_STAGES
@@ -73,6 +74,7 @@ _STAGE_KEYS = (
     "match",
     "first_token",
     "parallelizable",
+    "protected",
 )
 _OVERRIDE_KEYS = ("budget_ms", "first_token_ms", "max_calls", "severity", "objective", "parallelizable")
 _PROFILE_KEYS = (
@@ -285,10 +287,7 @@ class _Builder:
             definitions = tuple(
                 StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN) for name in BUILTIN_STAGES
             )
-            budgets = tuple(
-                StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
-                for name in BUILTIN_STAGES
-            )
+            budgets = tuple(_default_stage(name, objective) for name in BUILTIN_STAGES)
             return definitions, budgets
         stages = self.mapping(doc["stages"], doc.key_lines["stages"], "stages")
         if not stages:
@@ -311,7 +310,7 @@ class _Builder:
                 self.stage_budget(
                     name,
                     spec,
-                    StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective),
+                    _default_stage(name, objective),
                     path,
                 )
             )
@@ -357,7 +356,10 @@ class _Builder:
         if "parallelizable" in spec:
             parallelizable = self.boolean(*get("parallelizable"), f"{path}.parallelizable")
         objective = self.optional_objective(spec, "objective", path, base.objective)
-        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective)
+        protected = base.protected
+        if "protected" in spec:  # not a profile's to change (not in _OVERRIDE_KEYS): what the stage's work is
+            protected = self.boolean(*get("protected"), f"{path}.protected")
+        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective, protected)
 
     # -- match rules -----------------------------------------------------------------
 
@@ -539,3 +541,14 @@ def _sum_budgets(stages: tuple[StageBudget, ...]) -> float | None:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def _default_stage(name: str, objective: float | None) -> StageBudget:
+    """A stage's budget before its file's keys: parallelizable and protected as the built-in defaults say."""
+    return StageBudget(
+        name,
+        None,
+        parallelizable=name in DEFAULT_PARALLELIZABLE,
+        objective=objective,
+        protected=name in DEFAULT_PROTECTED,
+    )

@@ -58,6 +58,7 @@ def evaluate(
     start_time_ns: int | None = None,
     end_time_ns: int | None = None,
     hints_left_out: int = 0,
+    protected_spans: tuple[tuple[str, int, int], ...] = (),
 ) -> TraceReport:
     """Judge one request's measurements against ``budgets``.
 
@@ -66,7 +67,8 @@ def evaluate(
     ``critical_ms`` (per stage) and ``unattributed_ms`` split the critical path, when
     a timeline is known; ``hints`` (with ``hints_left_out``, the number
     ``hints.min_saving_ms`` held back) and ``calls`` (the request's stage calls, for the
-    latency levers) are passed through to the report. ``levers``, given the calls and the
+    latency levers) are passed through to the report, as ``protected_spans`` (the spans
+    of protected stages, which the levers must not pass over). ``levers``, given the calls and the
     judged report, returns the lever hints, which follow ``hints``. This is the one
     builder of a report: nothing assigns to one after it returns.
     """
@@ -148,6 +150,7 @@ def evaluate(
         end_time_ns=end_time_ns,
         calls=calls,
         hints_left_out=hints_left_out,
+        protected_spans=protected_spans,
     )
     # Only an empty tuple is tested for emptiness: a RecordedCalls's truth is a Python-level
     # call, and one the processor gives is never empty (any other empty sequence gives no hint).
@@ -175,6 +178,7 @@ def evaluate(
         report.end_time_ns,
         report.calls,
         report.hints_left_out,
+        report.protected_spans,
     )
 
 

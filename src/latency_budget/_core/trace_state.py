@@ -322,6 +322,13 @@ class TraceState:
             inner = self.inner_calls
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
             calls = recorded_calls(raw, self.tools_only or _NONE)
+        # The spans of protected stages (validation's, by default): the checks the levers must respect.
+        protected_spans: tuple[tuple[str, int, int], ...] = ()
+        for index in self.budgets.protected_indexes:
+            checks = intervals[index]
+            if checks is not None:
+                name = stages[index].name
+                protected_spans += tuple([(name, start, end) for start, end in checks])
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
@@ -341,6 +348,7 @@ class TraceState:
             start_time_ns=root_start,
             end_time_ns=root_end,
             hints_left_out=left_out,
+            protected_spans=protected_spans,
         )
 
     def _find_nested(
