@@ -39,7 +39,7 @@ def test_the_table_is_the_kinds_and_each_row_comes_from_its_own_module() -> None
 def test_each_lever_says_what_it_changes_fits_controls_for_needs_and_never_proposes(kind: HintKind) -> None:
     """Every row has its words for people and names the quality evidence it needs, from the Evidence list."""
     lever = LEVERS[kind]
-    assert lever.fits and lever.controls_for and lever.evidence and lever.never
+    assert all((lever.fits, lever.controls_for, lever.evidence, lever.never))
     assert lever.never.startswith(("caching", "swapping", "trimming", "shortening", "streaming", "running", "skipping"))
     assert lever.needs
     assert set(lever.needs) <= set(get_args(Evidence))

@@ -54,7 +54,7 @@ BUILTIN_LABEL = "the built-in GenAI stages"
 _MAX_TIMEOUT_S = 86_400.0
 DEFAULT_WINDOW = 100_000
 _GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation while reading
-_BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
+_BUILTIN_YAML = "version: 1\n"  # no stages: the built-in ones (genai_defaults.BUILTIN_STAGES), with their matchers
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
@@ -135,7 +135,7 @@ def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool) -> 
         metavar="FILE",
         required=required,
         help="budget YAML file"
-        + ("" if required else f" (default: {BUILTIN_LABEL}: retrieval, model_call, tool_calls)"),
+        + ("" if required else f" (default: {BUILTIN_LABEL}: retrieval, model_call, tool_calls, validation)"),
     )
 
 
