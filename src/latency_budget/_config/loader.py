@@ -62,6 +62,7 @@ _TOP_KEYS = (
     "total_objective",
     "first_token_objective",
     "hints",
+    "tools",
     "stages",
     "profiles",
 )
@@ -94,6 +95,7 @@ _OBJECTIVE = re.compile(r"(?!0(?:\.0*)?%)(?:[1-9]?[0-9])(?:\.[0-9]{1,6})?%\Z")
 _RULE_KEYS = ("name", "attributes", "exists", "kind", "scope", "resource", "unless")
 _FIRST_TOKEN_KEYS = ("attributes", "events")
 _HINTS_KEYS = ("min_saving_ms",)
+_TOOLS_KEYS = ("side_effects",)
 
 
 def load_budgets(
@@ -238,6 +240,7 @@ class _Builder:
             total_objective=self.optional_objective(doc, "total_objective", "", objective),
             first_token_objective=self.optional_objective(doc, "first_token_objective", "", objective),
             min_saving_ms=self.hints(doc, "", DEFAULT_MIN_SAVING_MS),
+            side_effects=self.side_effects(doc),
         )
         profiles = self.profiles(doc, default)
         requests = None
@@ -270,6 +273,20 @@ class _Builder:
             return inherited
         return self.non_negative_number(
             spec["min_saving_ms"], spec.key_lines["min_saving_ms"], f"{where}.min_saving_ms"
+        )
+
+    def side_effects(self, doc: LocatedDict) -> tuple[re.Pattern[str], ...]:
+        """The tools that change something, from ``tools: {side_effects: [glob, ...]}``: none by default."""
+        if "tools" not in doc:
+            return ()
+        spec = self.mapping(doc["tools"], doc.key_lines["tools"], "tools")
+        self.check_keys(spec, _TOOLS_KEYS, "tools")
+        if "side_effects" not in spec:
+            return ()
+        line = spec.key_lines["side_effects"]
+        names = self.string_list(spec["side_effects"], line, "tools.side_effects")
+        return tuple(
+            self.glob(name, item_line or line, f"tools.side_effects[{i}]") for i, (name, item_line) in enumerate(names)
         )
 
     def optional_number(self, mapping: LocatedDict, key: str, path: str) -> float | None:
@@ -529,6 +546,7 @@ class _Builder:
                     spec, "first_token_objective", path, default.first_token_objective
                 ),
                 min_saving_ms=self.hints(spec, path, default.min_saving_ms),
+                side_effects=default.side_effects,
             )
             profiles.append(Profile(name=name, when=when, budgets=budgets))
         return tuple(profiles)

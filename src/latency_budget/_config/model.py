@@ -123,6 +123,8 @@ class BudgetSet:
     total_objective: float | None = None
     first_token_objective: float | None = None
     min_saving_ms: float = DEFAULT_MIN_SAVING_MS  # the least a hint must save to be given
+    # Tools (globs on the tool's name) that change something: never advised to run concurrently.
+    side_effects: tuple[re.Pattern[str], ...] = ()
     # (stage index, the fewest calls of it that can give a hint), for stages that can:
     # lets a trace with nothing to hint (most traces) skip the hint search.
     hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)

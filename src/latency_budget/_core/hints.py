@@ -21,6 +21,7 @@ from latency_budget._config.model import BudgetSet
 from latency_budget._core.critical_path import RecordedSpan
 from latency_budget._core.kinds import HintKind
 from latency_budget._core.levers import iterations, sequential_calls
+from latency_budget._core.levers.sequential_calls import CallText
 
 __all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 
@@ -52,6 +53,9 @@ class Hint:
     span_names: tuple[str, ...] = ()
     basis_count: int | None = None
     basis: str | None = None  # for ``context_size``: what its fit is of (``ttft``, ``duration_given_output``...)
+    # For ``sequential_calls``: whether the calls' independence was checked on their recorded
+    # arguments and results (True) or assumed (False). For people (``report``), not on the trace.
+    checked: bool | None = None
 
 
 def find_hints(
@@ -63,6 +67,7 @@ def find_hints(
     kinds: Callable[[], Mapping[int, str]] | None = None,
     nested: AbstractSet[int] = frozenset(),
     critical_ns: Sequence[int] | None = None,
+    texts: Callable[[], Mapping[int, CallText]] | None = None,
 ) -> tuple[tuple[Hint, ...], int]:
     """Hints for one trace, sequential-call hints first, then iterations, by savings; and how many were left out.
 
@@ -77,6 +82,8 @@ def find_hints(
     sequential-calls hint. ``nested`` holds the positions in ``spans`` of
     stage spans nested in a call of their own stage: parts of a call, not calls.
     ``critical_ns`` (per stage index) caps each saving at the stage's critical-path time.
+    ``texts`` gives (span id -> tool name, arguments, result, for stage spans), called only
+    when a stage may earn a sequential-calls hint, with the profile's ``side_effects``.
     """
     stages = budgets.stages
     if counts is None:
@@ -107,13 +114,17 @@ def find_hints(
     known = names if names is not None else _NO_NAMES
     if parallelizable:
         of_kind = kinds() if kinds is not None else _NO_NAMES
-        runs = sequential_calls.find(spans, root_id, parallelizable, of_kind, nested, critical_ns)
-        for index, savings, in_runs in runs:
+        recorded = texts() if texts is not None else {}
+        runs = sequential_calls.find(
+            spans, root_id, parallelizable, of_kind, nested, critical_ns, recorded, budgets.side_effects
+        )
+        for index, savings, in_runs, checked in runs:
             if savings > 0 and savings < least_ms:
                 left_out += 1
             elif savings > 0:
                 ids, span_names = _named(in_runs, known)
-                hints.append(Hint("sequential_calls", stages[index].name, len(in_runs), savings, ids, span_names))
+                name = stages[index].name
+                hints.append(Hint("sequential_calls", name, len(in_runs), savings, ids, span_names, checked=checked))
     for index in over_calls:
         budget = stages[index]
         found = iterations.find(spans, index, budget.max_calls or 0, nested, critical_ns)

@@ -23,6 +23,7 @@ from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
+from latency_budget._core.levers.sequential_calls import CallText, call_text
 from latency_budget._core.report import TraceReport
 
 if TYPE_CHECKING:
@@ -251,6 +252,10 @@ class TraceState:
         names = self.names
         return {call[0]: operation_of(names.get(call[0], ""), call[5]) for call in self.calls[:]}
 
+    def call_texts(self) -> dict[int, CallText]:
+        """Each recorded stage span's tool name, arguments and result, for the sequential-calls hint."""
+        return {call[0]: call_text(call[5]) for call in self.calls[:]}
+
     def report(
         self,
         root_start: int,
@@ -308,7 +313,15 @@ class TraceState:
                 critical_ms[budget.name] = ns / 1e6
             unattributed_ms = unattributed / 1e6
             hints, left_out = find_hints(
-                self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested, critical
+                self.budgets,
+                self.root_id,
+                spans,
+                counts,
+                self.names,
+                self.call_kinds,
+                nested,
+                critical,
+                self.call_texts,
             )
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
@@ -324,11 +337,13 @@ class TraceState:
             calls = recorded_calls(raw, self.tools_only or _NONE)
         # The spans of protected stages (validation's, by default): the checks the levers must respect.
         protected_spans: tuple[tuple[str, int, int], ...] = ()
-        for index in self.budgets.protected_indexes:
-            checks = intervals[index]
-            if checks is not None:
-                name = stages[index].name
-                protected_spans += tuple([(name, start, end) for start, end in checks])
+        protected = self.budgets.protected_indexes
+        if protected:  # most budget files have no protected stage: no loop
+            for index in protected:
+                checks = intervals[index]
+                if checks is not None:
+                    name = stages[index].name
+                    protected_spans += tuple([(name, start, end) for start, end in checks])
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6

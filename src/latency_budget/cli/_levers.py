@@ -150,6 +150,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     repeats: Counter[tuple[HintKind, str]] = Counter()
     tests: dict[tuple[HintKind, str], str] = {}
     held_back: Counter[tuple[HintKind, str]] = Counter()
+    assumed: Counter[tuple[HintKind, str]] = Counter()  # sequential calls assumed independent
     held_back_by: dict[tuple[HintKind, str], dict[str, None]] = {}
     left_out: list[Finding] = []
     thresholds: dict[str, tuple[float, frozenset[str] | None]] = {}
@@ -180,6 +181,8 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             if hint.kind in SHAPE_KINDS:
                 key = (hint.kind, hint.stage)
                 per_request[key] = per_request.get(key, 0.0) + hint.potential_savings_ms
+                if hint.checked is False:
+                    assumed[key] += 1
         for key, value in per_request.items():
             savings.setdefault(key, []).append(value)
         baseline.remember(report.calls)
@@ -197,6 +200,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             tests.get(key, ""),
             held_back[key],
             tuple(held_back_by.get(key, ())),
+            assumed[key],
         )
         for key in keys
     ]
@@ -238,6 +242,7 @@ def _summary(
     test: str,
     held_back: int = 0,
     held_back_by: tuple[str, ...] = (),
+    assumed: int = 0,
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
@@ -254,6 +259,7 @@ def _summary(
         held_back_by=held_back_by,
         repeats=repeats,
         within=within,
+        assumed=assumed,
     )
     basis, advice = lever.advise(given)
     return LeverSummary(

@@ -47,7 +47,8 @@ class AdviceFor:
     sentence. ``estimated`` counts the requests where it gave a saving, ``unestimated``
     those where it applied without an estimate, ``held_back`` those where a protected
     stage's check held its saving back;
-    ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request).
+    ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request);
+    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent.
     """
 
     stage: str
@@ -61,6 +62,7 @@ class AdviceFor:
     held_back_by: tuple[str, ...] = ()
     repeats: int = 0
     within: int = 0
+    assumed: int = 0
 
 
 # (basis, advice): what the estimate rests on and what to try, each for people.
