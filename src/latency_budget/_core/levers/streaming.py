@@ -108,7 +108,8 @@ def advise(given: AdviceFor) -> Advice:
     if given.held_back:
         checks = " and ".join(given.held_back_by)
         basis += ("; " if basis else "") + (
-            f"no saving claimed in {given.held_back} requests: {checks} checks the output after the model call"
+            f"no saving claimed in {given.held_back} requests: a {checks} check was still to end when the model "
+            "call started (it checks the output after it, or beside it)"
         )
         if given.held_back_by and not given.estimated:
             advice = (
