@@ -18,10 +18,11 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from latency_budget._config.model import BudgetSet
+from latency_budget._core.call_facts import RawCall
 from latency_budget._core.critical_path import RecordedSpan
 from latency_budget._core.kinds import HintKind
 from latency_budget._core.levers import iterations, sequential_calls
-from latency_budget._core.levers.sequential_calls import CallText
+from latency_budget._core.levers.sequential_calls import call_text
 
 __all__ = ["NAMED_SPANS", "Hint", "HintKind", "find_hints"]
 
@@ -67,7 +68,7 @@ def find_hints(
     kinds: Callable[[], Mapping[int, str]] | None = None,
     nested: AbstractSet[int] = frozenset(),
     critical_ns: Sequence[int] | None = None,
-    texts: Callable[[], Mapping[int, CallText]] | None = None,
+    raw: Sequence[RawCall] = (),
 ) -> tuple[tuple[Hint, ...], int]:
     """Hints for one trace, sequential-call hints first, then iterations, by savings; and how many were left out.
 
@@ -82,8 +83,9 @@ def find_hints(
     sequential-calls hint. ``nested`` holds the positions in ``spans`` of
     stage spans nested in a call of their own stage: parts of a call, not calls.
     ``critical_ns`` (per stage index) caps each saving at the stage's critical-path time.
-    ``texts`` gives (span id -> tool name, arguments, result, for stage spans), called only
-    when a stage may earn a sequential-calls hint, with the profile's ``side_effects``.
+    ``raw`` holds the recorded stage spans' attributes: their tool names, arguments and
+    results are read only when a stage may earn a sequential-calls hint, with the
+    profile's ``side_effects``.
     """
     stages = budgets.stages
     if counts is None:
@@ -114,7 +116,7 @@ def find_hints(
     known = names if names is not None else _NO_NAMES
     if parallelizable:
         of_kind = kinds() if kinds is not None else _NO_NAMES
-        recorded = texts() if texts is not None else {}
+        recorded = {call[0]: call_text(call[5]) for call in raw[:]} if raw else {}
         runs = sequential_calls.find(
             spans, root_id, parallelizable, of_kind, nested, critical_ns, recorded, budgets.side_effects
         )

@@ -23,7 +23,6 @@ from latency_budget._core.calls import nested_calls, operation_of
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
-from latency_budget._core.levers.sequential_calls import CallText, call_text
 from latency_budget._core.report import TraceReport
 
 if TYPE_CHECKING:
@@ -252,10 +251,6 @@ class TraceState:
         names = self.names
         return {call[0]: operation_of(names.get(call[0], ""), call[5]) for call in self.calls[:]}
 
-    def call_texts(self) -> dict[int, CallText]:
-        """Each recorded stage span's tool name, arguments and result, for the sequential-calls hint."""
-        return {call[0]: call_text(call[5]) for call in self.calls[:]}
-
     def report(
         self,
         root_start: int,
@@ -321,7 +316,7 @@ class TraceState:
                 self.call_kinds,
                 nested,
                 critical,
-                self.call_texts,
+                self.calls,
             )
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
