@@ -46,8 +46,8 @@ def test_example_budget_file_validates() -> None:
     result = run_cli("validate", REPO / EXAMPLE_BUDGETS_NAME)
     assert result.returncode == 0, result.stderr
     assert (
-        "5 stages (guardrails 200ms, cache 25ms, retrieval 350ms, model_call 3500ms, tool_calls 1200ms)"
-        in result.stdout
+        "6 stages (guardrails 200ms, cache 25ms, retrieval 350ms, model_call 3500ms, tool_calls 1200ms, "
+        "validation 300ms)" in result.stdout
     )
 
 

@@ -49,11 +49,11 @@ def test_report_json_end_to_end_and_counts_match_the_processor() -> None:
 
 
 def test_report_without_budgets_uses_the_builtin_genai_stages() -> None:
-    """Without --budgets, retrieval, model_call and tool_calls are found by the GenAI matchers, with no budgets."""
+    """Without --budgets, the four built-in stages are found by the GenAI matchers (no validation here), unbudgeted."""
     result = run_cli("report", JAEGER_SEARCH)
     assert result.returncode == 0, result.stderr
-    stages = [line.split("|")[0].strip() for line in result.stdout.splitlines()[4:9]]
-    assert stages == ["retrieval", "model_call", "tool_calls", "total", "first token"]
+    stages = [line.split("|")[0].strip() for line in result.stdout.splitlines()[4:10]]
+    assert stages == ["retrieval", "model_call", "tool_calls", "validation", "total", "first token"]
     assert "No budgets set" in result.stdout
 
 
@@ -158,7 +158,7 @@ def test_suggest_flags_and_output_file(tmp_path: Path) -> None:
     assert result.stdout == ""
     assert f"Wrote {out}." in result.stderr
     document = yaml.safe_load(out.read_text(encoding="utf-8"))
-    assert sorted(document["stages"]) == ["model_call", "retrieval", "tool_calls"]
+    assert sorted(document["stages"]) == ["model_call", "retrieval", "tool_calls", "validation"]
     retrieval = [r["stages"]["retrieval"]["actual_ms"] for r in expected_reports()]
     # Jaeger's microsecond rounding may move the product across a whole millisecond, by at most one.
     assert abs(document["stages"]["retrieval"]["budget_ms"] - math.ceil(_p(retrieval, 99) * 1.5)) <= 1

@@ -44,7 +44,7 @@ def test_example_records_every_budget_over_every_window(capsys: pytest.CaptureFi
         if r.get("record", "").startswith("latency_budget:requests_over_budget:")
     ]
     targets = [("guardrails", "stage"), ("cache", "stage"), ("retrieval", "stage"), ("model_call", "stage")]
-    targets += [("tool_calls", "stage"), ("total", "total"), ("total", "first_token")]
+    targets += [("tool_calls", "stage"), ("validation", "stage"), ("total", "total"), ("total", "first_token")]
     assert recorded == [
         (window, {"latency_budget_stage": stage, "latency_budget_kind": kind})
         for stage, kind in targets
@@ -69,7 +69,7 @@ def test_example_alerts_on_each_objective_with_the_workbook_rows(capsys: pytest.
         (r["labels"]["latency_budget_profile"], r["labels"]["latency_budget_stage"], r["labels"]["latency_budget_kind"])
         for r in alerts
     }
-    stages = {"guardrails", "cache", "retrieval", "model_call", "tool_calls"}
+    stages = {"guardrails", "cache", "retrieval", "model_call", "tool_calls", "validation"}
     expected = {(p, s, "stage") for p in ("default", "voice") for s in stages}
     expected |= {(p, "total", k) for p in ("default", "voice") for k in ("total", "first_token")}
     assert keys == expected

@@ -30,9 +30,9 @@ def test_minimal_file_uses_builtin_genai_matchers() -> None:
 
 
 def test_no_stages_tracks_the_builtin_stages_without_budgets() -> None:
-    """With no `stages:` key the three GenAI stages are tracked, and only total/first-token are judged."""
+    """With no `stages:` key the four GenAI stages are tracked, and only total/first-token are judged."""
     config = load_budgets(text="version: 1\ntotal_ms: 3000\n")
-    assert config.stage_names == ("retrieval", "model_call", "tool_calls")
+    assert config.stage_names == ("retrieval", "model_call", "tool_calls", "validation")
     assert all(stage.budget_ms is None for stage in config.default.stages)
     assert config.default.total_ms == 3000.0
 
@@ -220,7 +220,7 @@ def test_path_errors_name_the_file_and_line(tmp_path: Path) -> None:
         (
             "version: 1\nstages:\n  rerank: {budget_ms: 1}\n",
             "budgets.yaml:3: stages.rerank: no 'match' rules; only the built-in stages "
-            "(retrieval, model_call, tool_calls) may omit them",
+            "(retrieval, model_call, tool_calls, validation) may omit them",
         ),
         (
             "version: 1\nstages:\n  rerank:\n    budget_ms: 1\n    match: {name: 'rerank[ab'}\n",

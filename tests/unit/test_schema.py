@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGED = resources.files("latency_budget._config").joinpath("budgets.schema.json")
 SCHEMA = json.loads(PACKAGED.read_text(encoding="utf-8"))
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
-BUILTIN = ("retrieval", "model_call", "tool_calls")
+BUILTIN = ("retrieval", "model_call", "tool_calls", "validation")
 
 # -- the generator ---------------------------------------------------------------------
 #
@@ -89,6 +89,7 @@ def _pick(
     return draw(valid)
 
 
+_PROTECTED = _pick(st.booleans(), st.sampled_from(["yes", 1, None]))  # a stage's key, never a profile's
 _POSITIVE = st.one_of(st.integers(1, 10**12), st.floats(min_value=1e-6, max_value=1e15))
 _POSITIVE_MISS = st.sampled_from([0, -1, -0.5, 0.0, math.inf, -math.inf, "100", True, None, [100]])
 _WHOLE = st.integers(1, 10**6)
@@ -190,7 +191,7 @@ _BUDGET_FIELDS = {
 
 @st.composite
 def _stage(draw: st.DrawFn, name: str) -> Any:
-    fields = {**_BUDGET_FIELDS, "match": _MATCH, "first_token": _FIRST_TOKEN}
+    fields = {**_BUDGET_FIELDS, "match": _MATCH, "first_token": _FIRST_TOKEN, "protected": _PROTECTED}
     # A custom stage needs `match`; leaving it out is one of the near misses.
     return draw(_pick(_mapping(fields, required=() if name in BUILTIN else ("match",)), st.sampled_from([None, [], 5])))
 

@@ -1,8 +1,9 @@
 """Built-in matchers and first-token sources for what AI instrumentations emit.
 
-A stage named ``retrieval``, ``model_call`` or ``tool_calls`` that has no ``match`` key
-uses these rules. They are data: :data:`DIALECTS` says, for each vocabulary (the
-OpenTelemetry GenAI semantic conventions, OpenLLMetry, OpenInference, Langfuse), which
+A stage named ``retrieval``, ``model_call``, ``tool_calls`` or ``validation`` (guardrails
+and inline evaluators) that has no ``match`` key uses these rules. They are data:
+:data:`DIALECTS` says, for each vocabulary (the OpenTelemetry GenAI semantic conventions,
+OpenLLMetry, OpenInference, Langfuse, NeMo Guardrails...), which
 values of which attribute key put a span in which stage. Each (stage, key) pair compiles
 to one single-attribute :class:`MatchRule`, so the classifier answers with one dictionary
 probe per key. Values listed as ``not_stages`` are known and deliberately left out
@@ -31,6 +32,7 @@ __all__ = [
     "CALL_KEYS",
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
+    "DEFAULT_PROTECTED",
     "DIALECTS",
     "FIRST_TOKEN_SPELLINGS",
     "GENERATION_VALUES",
@@ -49,7 +51,7 @@ __all__ = [
     "plausible_request",
 ]
 
-BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
+BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls", "validation")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,8 @@ DIALECTS: tuple[Dialect, ...] = (
             "retrieval": ("retrieval", "embeddings"),
             "model_call": ("chat", "text_completion", "generate_content"),
             "tool_calls": ("execute_tool",),
+            # The security conventions' guardrail span (semantic-conventions PR 3233).
+            "validation": ("apply_guardrail",),
         },
         not_stages=("invoke_agent", "create_agent", "invoke_workflow"),
         invocations=("invoke_agent", "invoke_workflow"),
@@ -155,8 +159,15 @@ DIALECTS: tuple[Dialect, ...] = (
     Dialect(
         "OpenInference",
         "openinference.span.kind",
-        {"retrieval": ("RETRIEVER", "EMBEDDING", "RERANKER"), "model_call": ("LLM",), "tool_calls": ("TOOL",)},
-        not_stages=("AGENT", "CHAIN", "GUARDRAIL", "EVALUATOR", "PROMPT", "UNKNOWN"),
+        {
+            "retrieval": ("RETRIEVER", "EMBEDDING", "RERANKER"),
+            "model_call": ("LLM",),
+            "tool_calls": ("TOOL",),
+            # Guardrails (and guardrails-ai's validators, which write GUARDRAIL), and evaluators
+            # run inside the request; an offline evaluation's spans are traces of their own.
+            "validation": ("GUARDRAIL", "EVALUATOR"),
+        },
+        not_stages=("AGENT", "CHAIN", "PROMPT", "UNKNOWN"),
         invocations=("AGENT",),
         call_keys=CallKeys(
             model=("llm.model_name",),
@@ -181,8 +192,13 @@ DIALECTS: tuple[Dialect, ...] = (
         # langfuse._client.constants: the observation types of the Langfuse SDK (v3 and later).
         "Langfuse SDK",
         "langfuse.observation.type",
-        {"retrieval": ("retriever", "embedding"), "model_call": ("generation",), "tool_calls": ("tool",)},
-        not_stages=("span", "agent", "chain", "evaluator", "guardrail", "event"),
+        {
+            "retrieval": ("retriever", "embedding"),
+            "model_call": ("generation",),
+            "tool_calls": ("tool",),
+            "validation": ("guardrail", "evaluator"),
+        },
+        not_stages=("span", "agent", "chain", "event"),
         invocations=("agent",),
     ),
     Dialect(
@@ -263,8 +279,9 @@ DIALECTS: tuple[Dialect, ...] = (
             "model_call": ('"LLM"', '"CHAT_MODEL"'),
             "retrieval": ('"RETRIEVER"', '"EMBEDDING"', '"RERANKER"'),
             "tool_calls": ('"TOOL"',),
+            "validation": ('"GUARDRAIL"', '"EVALUATOR"'),
         },
-        not_stages=('"AGENT"', '"CHAIN"', '"PARSER"', '"MEMORY"', '"UNKNOWN"', '"EVALUATOR"', '"GUARDRAIL"', '"TASK"'),
+        not_stages=('"AGENT"', '"CHAIN"', '"PARSER"', '"MEMORY"', '"UNKNOWN"', '"TASK"'),
         invocations=('"AGENT"',),
         evidence="source",
     ),
@@ -314,6 +331,18 @@ DIALECTS: tuple[Dialect, ...] = (
         "lmnr.span.type",
         {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
         not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
+        evidence="source",
+    ),
+    Dialect(
+        # nemoguardrails.tracing (NeMo Guardrails 0.16 and later): one INTERNAL `guardrails.rail`
+        # span per rail that ran, its direction under rail.type (LLMRails writes `input`,
+        # `output`; the IORails engine `Input`, `Output`). Its `guardrails.action` spans are steps
+        # of a rail, its LLM calls are `chat`/`completion` spans of the conventions; dialog rails
+        # steer the conversation rather than check it, and are no stage.
+        "NeMo Guardrails",
+        "rail.type",
+        {"validation": ("input", "output", "Input", "Output")},
+        not_stages=("dialog",),
         evidence="source",
     ),
 )
@@ -425,6 +454,8 @@ GENERATION_VALUES: tuple[tuple[str, frozenset[str]], ...] = tuple(
 
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})
+# Stages whose work no latency lever may cache, skip, shorten or move (``protected: true``).
+DEFAULT_PROTECTED: frozenset[str] = frozenset({"validation"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from latency_budget._config.genai_defaults import (
     BUILTIN_STAGES,
     DEFAULT_FIRST_TOKEN,
     DEFAULT_PARALLELIZABLE,
+    DEFAULT_PROTECTED,
     builtin_rules,
 )
 from latency_budget._config.limits import MAX_PROFILES, MAX_RULES, MAX_STAGES
@@ -61,6 +62,7 @@ _TOP_KEYS = (
     "total_objective",
     "first_token_objective",
     "hints",
+    "tools",
     "stages",
     "profiles",
 )
@@ -74,6 +76,7 @@ _STAGE_KEYS = (
     "match",
     "first_token",
     "parallelizable",
+    "protected",
 )
 _OVERRIDE_KEYS = ("budget_ms", "first_token_ms", "max_calls", "severity", "objective", "parallelizable")
 _PROFILE_KEYS = (
@@ -97,6 +100,8 @@ _HINTS_KEYS = ("min_saving_ms",)
 MAX_PROBLEMS = 50
 
 _T = TypeVar("_T")
+
+_TOOLS_KEYS = ("side_effects",)
 
 
 def load_budgets(
@@ -275,6 +280,7 @@ class _Builder:
                 lambda: self.optional_objective(doc, "first_token_objective", "", objective), None
             ),
             min_saving_ms=self.attempt(lambda: self.hints(doc, "", DEFAULT_MIN_SAVING_MS), DEFAULT_MIN_SAVING_MS),
+            side_effects=self.attempt(lambda: self.side_effects(doc), ()),
         )
         profiles = self.profiles(doc, default)
         requests = None
@@ -314,6 +320,20 @@ class _Builder:
             spec["min_saving_ms"], spec.key_lines["min_saving_ms"], f"{where}.min_saving_ms"
         )
 
+    def side_effects(self, doc: LocatedDict) -> tuple[re.Pattern[str], ...]:
+        """The tools that change something, from ``tools: {side_effects: [glob, ...]}``: none by default."""
+        if "tools" not in doc:
+            return ()
+        spec = self.mapping(doc["tools"], doc.key_lines["tools"], "tools")
+        self.check_keys(spec, _TOOLS_KEYS, "tools")
+        if "side_effects" not in spec:
+            return ()
+        line = spec.key_lines["side_effects"]
+        names = self.string_list(spec["side_effects"], line, "tools.side_effects")
+        return tuple(
+            self.glob(name, item_line or line, f"tools.side_effects[{i}]") for i, (name, item_line) in enumerate(names)
+        )
+
     def optional_number(self, mapping: LocatedDict, key: str, path: str) -> float | None:
         if key not in mapping:
             return None
@@ -330,10 +350,7 @@ class _Builder:
                 StageDefinition(name, builtin_rules(name) or (), DEFAULT_FIRST_TOKEN, builtin=True)
                 for name in BUILTIN_STAGES
             )
-            budgets = tuple(
-                StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
-                for name in BUILTIN_STAGES
-            )
+            budgets = tuple(_default_stage(name, objective) for name in BUILTIN_STAGES)
             return definitions, budgets
         stages = self.mapping(doc["stages"], doc.key_lines["stages"], "stages")
         if not stages:
@@ -353,7 +370,7 @@ class _Builder:
                     self.fail(line, path, "stage names must match [a-z][a-z0-9_]* (lowercase, digits, underscores)")
                 spec = self.mapping(body, line, path)
                 self.check_keys(spec, _STAGE_KEYS, path)
-                base = StageBudget(name, None, parallelizable=name in DEFAULT_PARALLELIZABLE, objective=objective)
+                base = _default_stage(name, objective)
                 budget = self.stage_budget(name, spec, base, path)
                 definitions_list.append(self.stage_definition(name, spec, line, path))
                 budgets_list.append(budget)
@@ -416,7 +433,10 @@ class _Builder:
                 lambda: self.boolean(*get("parallelizable"), f"{path}.parallelizable"), parallelizable
             )
         objective = self.attempt(lambda: self.optional_objective(spec, "objective", path, base.objective), None)
-        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective)
+        protected = base.protected
+        if "protected" in spec:  # not a profile's to change (not in _OVERRIDE_KEYS): what the stage's work is
+            protected = self.attempt(lambda: self.boolean(*get("protected"), f"{path}.protected"), protected)
+        return StageBudget(name, budget_ms, first_token_ms, max_calls, severity, parallelizable, objective, protected)
 
     # -- match rules -----------------------------------------------------------------
 
@@ -610,6 +630,7 @@ class _Builder:
                 spec, "first_token_objective", path, default.first_token_objective
             ),
             min_saving_ms=self.hints(spec, path, default.min_saving_ms),
+            side_effects=default.side_effects,
         )
         return Profile(name=name, when=when, budgets=budgets)
 
@@ -630,3 +651,14 @@ def _did_you_mean(name: str, known: Iterable[str], listing: str, *, quiet: bool 
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+def _default_stage(name: str, objective: float | None) -> StageBudget:
+    """A stage's budget before its file's keys: parallelizable and protected as the built-in defaults say."""
+    return StageBudget(
+        name,
+        None,
+        parallelizable=name in DEFAULT_PARALLELIZABLE,
+        objective=objective,
+        protected=name in DEFAULT_PROTECTED,
+    )

@@ -69,6 +69,8 @@ class StageBudget:
     severity: Severity = "error"
     parallelizable: bool = False
     objective: float | None = None
+    # No lever caches, skips, shortens or moves its work, or streams output ahead of it.
+    protected: bool = False
     # What a span of this stage carries from its start (see the attribute contract),
     # built once here rather than on every span.
     label: Mapping[str, str | float] = field(init=False, repr=False, compare=False)
@@ -126,19 +128,29 @@ class BudgetSet:
     total_objective: float | None = None
     first_token_objective: float | None = None
     min_saving_ms: float = DEFAULT_MIN_SAVING_MS  # the least a hint must save to be given
+    # Tools (globs on the tool's name) that change something: never advised to run concurrently.
+    side_effects: tuple[re.Pattern[str], ...] = ()
     # (stage index, the fewest calls of it that can give a hint), for stages that can:
     # lets a trace with nothing to hint (most traces) skip the hint search.
     hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    # The indexes of the protected stages, whose spans no lever reads (and their names).
+    protected_indexes: frozenset[int] = field(init=False, repr=False, compare=False)
+    protected_stages: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         thresholds = []
         for index, budget in enumerate(self.stages):
+            if budget.protected:
+                continue  # no hint of the trace's shape moves or skips a protected stage's work
             least = [2] if budget.parallelizable else []
             if budget.max_calls is not None:
                 least.append(budget.max_calls + 1)
             if least:
                 thresholds.append((index, min(least)))
         object.__setattr__(self, "hint_thresholds", tuple(thresholds))
+        protected = {index: budget.name for index, budget in enumerate(self.stages) if budget.protected}
+        object.__setattr__(self, "protected_indexes", frozenset(protected))
+        object.__setattr__(self, "protected_stages", frozenset(protected.values()))
 
     def stage(self, name: str) -> StageBudget:
         """The budget of the stage called ``name`` (``KeyError`` when unknown)."""

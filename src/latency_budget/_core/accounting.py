@@ -60,6 +60,7 @@ def evaluate(
     end_time_ns: int | None = None,
     hints_left_out: int = 0,
     inference: InferenceSplit | None = None,
+    protected_spans: tuple[tuple[str, int, int], ...] = (),
 ) -> TraceReport:
     """Judge one request's measurements against ``budgets``.
 
@@ -68,7 +69,8 @@ def evaluate(
     ``critical_ms`` (per stage) and ``unattributed_ms`` split the critical path, when
     a timeline is known; ``hints`` (with ``hints_left_out``, the number
     ``hints.min_saving_ms`` held back) and ``calls`` (the request's stage calls, for the
-    latency levers) are passed through to the report. ``levers``, given the calls and the
+    latency levers) are passed through to the report, as ``protected_spans`` (the spans
+    of protected stages, which the levers must not pass over). ``levers``, given the calls and the
     judged report, returns the lever hints, which follow ``hints``. ``inference`` (where
     the model calls' time went) is passed through too. This is the one
     builder of a report: nothing assigns to one after it returns.
@@ -152,6 +154,7 @@ def evaluate(
         calls=calls,
         hints_left_out=hints_left_out,
         inference=inference,
+        protected_spans=protected_spans,
     )
     # Only an empty tuple is tested for emptiness: a RecordedCalls's truth is a Python-level
     # call, and one the processor gives is never empty (any other empty sequence gives no hint).
@@ -180,6 +183,7 @@ def evaluate(
         report.calls,
         report.hints_left_out,
         report.inference,
+        report.protected_spans,
     )
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from statistics import NormalDist
 
-from latency_budget._core.accounting import union_length
+from latency_budget._core.intervals import union_length
 
 __all__ = [
     "MAX_FIT_POINTS",

@@ -1,17 +1,21 @@
-"""The kinds of hint (the latency levers): one table that every consumer reads.
+"""The kinds of hint (the latency levers): their names, and the one table every consumer reads.
 
-Adding a kind means one entry in :data:`KINDS` plus the function that finds it. The
-type checker then names the places that must say something about it (``match``
-statements that end in :func:`unknown_kind`), and ``tests/unit/test_lever_kinds.py`` fails
-for every other consumer (the gate, the log text, the CLI's advice, the demo).
+The table, :data:`KINDS`, is :data:`latency_budget._core.levers.LEVERS`: one row per lever,
+a :class:`~latency_budget._core.levers.Lever` defined in the lever's own module. Adding a
+kind means a module with its ``LEVER``, a line in that table and its name in
+:data:`HintKind`. The type checker then names the ``match`` statements that end in
+:func:`unknown_kind`, and ``tests/unit/test_lever_kinds.py`` and
+``tests/unit/test_lever_registry.py`` fail for every other consumer (the gate, the log
+text, the CLI's advice, the HTML page, the demo, the README).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Literal, NoReturn, get_args
+
+from latency_budget._core.levers.lever import Lever
+from latency_budget._core.levers.table import LEVERS
 
 __all__ = [
     "HINT_KINDS",
@@ -28,74 +32,15 @@ __all__ = [
 HintKind = Literal[
     "sequential_calls", "iterations", "streaming", "cache", "model_choice", "context_size", "output_length"
 ]
-# The levers estimated from recent calls (see _core/levers.py); the other two are read from the trace's shape.
+# The levers estimated from recent calls (see _core/levers); the other two are read from the trace's shape.
 LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length"]
 Saves = Literal["end_to_end", "first_token"]
 
+KindInfo = Lever  # a row of the table (its older name)
 
-@dataclass(frozen=True, slots=True)
-class KindInfo:
-    """One kind of hint.
-
-    ``estimated``: from the calls seen before (the levers), else from the trace's shape.
-    ``saves``: whose time the saving is, the whole request's or its first token's.
-    ``text``: the hint's one-line description, with ``{calls}`` (``3 calls``) and
-    ``{saving}`` (``230ms``). ``unit``: what the estimate scales with, for people.
-    """
-
-    name: HintKind
-    estimated: bool
-    saves: Saves
-    text: str
-    unit: str
-
-
-def _table(*rows: KindInfo) -> Mapping[HintKind, KindInfo]:
-    table = {row.name: row for row in rows}
-    if tuple(table) != get_args(HintKind):  # the Literal and the table name the same kinds, in order
-        raise AssertionError(f"KINDS {tuple(table)} != HintKind {get_args(HintKind)}")
-    return MappingProxyType(table)
-
-
-KINDS: Mapping[HintKind, KindInfo] = _table(
-    KindInfo(
-        "sequential_calls",
-        False,
-        "end_to_end",
-        "{calls} ran one after another; run concurrently they would save {saving}",
-        "call",
-    ),
-    KindInfo("iterations", False, "end_to_end", "{calls} past max_calls took {saving}", "call"),
-    KindInfo(
-        "streaming",
-        True,
-        "first_token",
-        "streaming the response would bring the first token about {saving} sooner",
-        "call",
-    ),
-    KindInfo(
-        "cache",
-        True,
-        "end_to_end",
-        "{calls} repeated an identical earlier call; a cache would save about {saving}",
-        "call",
-    ),
-    KindInfo("model_choice", True, "end_to_end", "a faster model for {calls} would save about {saving}", "call"),
-    KindInfo(
-        "context_size",
-        True,
-        "end_to_end",
-        "trimming the context of {calls} to the usual size would save about {saving}",
-        "input token",
-    ),
-    KindInfo(
-        "output_length",
-        True,
-        "end_to_end",
-        "cutting the output of {calls} to the usual length would save about {saving}",
-        "output token",
-    ),
-)
+KINDS: Mapping[HintKind, Lever] = LEVERS
+if tuple(KINDS) != get_args(HintKind):  # the Literal and the table name the same kinds, in order
+    raise AssertionError(f"KINDS {tuple(KINDS)} != HintKind {get_args(HintKind)}")
 
 HINT_KINDS: tuple[HintKind, ...] = tuple(KINDS)
 LEVER_KINDS: tuple[LeverKind, ...] = get_args(LeverKind)

@@ -185,7 +185,9 @@ class RecentCalls:
             samples = calls.samples if type(calls) is RecordedCalls else [sample_of(c) for c in calls]
             if not self.add(samples):  # this trace's own calls count too (none: False)
                 return ()  # and none has an identity to remember (add says True for any)
-            findings = request_levers(calls, report, self, min_saving_ms=budgets.min_saving_ms)
+            findings = request_levers(
+                calls, report, self, min_saving_ms=budgets.min_saving_ms, protected=budgets.protected_stages
+            )
             self.remember(samples)  # after: "an earlier request" is strictly earlier
             if not findings:
                 return ()

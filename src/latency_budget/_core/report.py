@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from latency_budget._config.model import Severity
 from latency_budget._core.call_facts import Call
-from latency_budget._core.hints import Hint
 from latency_budget._core.inference import InferenceSplit
+
+if TYPE_CHECKING:  # not at run time: the levers (which hints imports) use format_ms
+    from latency_budget._core.hints import Hint
 
 __all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
 
@@ -105,6 +107,8 @@ class TraceReport:
     calls: Sequence[Call] = ()  # read from the spans when first iterated (see RecordedCalls)
     hints_left_out: int = 0  # hints of the trace's shape that hints.min_saving_ms held back
     inference: InferenceSplit | None = None  # where the model calls' time went (see _core/inference.py)
+    # (stage, start ns, end ns) of each span of a protected stage: the checks no lever may pass over.
+    protected_spans: tuple[tuple[str, int, int], ...] = ()
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

@@ -333,7 +333,15 @@ class TraceState:
                 critical_ms[budget.name] = ns / 1e6
             unattributed_ms = unattributed / 1e6
             hints, left_out = find_hints(
-                self.budgets, self.root_id, spans, counts, self.names, self.call_kinds, nested, critical
+                self.budgets,
+                self.root_id,
+                spans,
+                counts,
+                self.names,
+                self.call_kinds,
+                nested,
+                critical,
+                self.calls,
             )
         else:
             # No stage span: the whole critical path is unattributed, and nothing is hinted.
@@ -349,6 +357,15 @@ class TraceState:
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
             calls = recorded_calls(raw, self.tools_only or _NONE)
             inference = inference_split(raw, self.servers)
+        # The spans of protected stages (validation's, by default): the checks the levers must respect.
+        protected_spans: tuple[tuple[str, int, int], ...] = ()
+        protected = self.budgets.protected_indexes
+        if protected:  # most budget files have no protected stage: no loop
+            for index in protected:
+                checks = intervals[index]
+                if checks is not None:
+                    name = stages[index].name
+                    protected_spans += tuple([(name, start, end) for start, end in checks])
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
@@ -369,6 +386,7 @@ class TraceState:
             end_time_ns=root_end,
             hints_left_out=left_out,
             inference=inference,
+            protected_spans=protected_spans,
         )
 
     def _find_nested(

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 
 from latency_budget._core.estimators import Fit
+from latency_budget._core.kinds import KINDS, HintKind
 from latency_budget._core.report import format_ms
 from latency_budget._encode import html_text
 
@@ -72,14 +73,17 @@ def where_section(levers: LeverAnalysis) -> str:
         return '<p class="sub" id="where">No lever applies to these requests.</p>'
     rows = []
     for lever in levers.levers:
-        requests = (
-            f"{100 * lever.share:.0f}% ({lever.requests})"
-            if lever.savings_ms
-            else f"none estimated ({lever.unestimated})"
-        )
+        requests = f"{100 * lever.share:.0f}% ({lever.requests})"
+        if not lever.savings_ms:
+            requests = (
+                f"held back by {', '.join(lever.held_back_by)} ({lever.held_back})"
+                if lever.held_back and not lever.unestimated
+                else f"none estimated ({lever.unestimated})"
+            )
         basis = f" Based on {lever.basis}." if lever.basis else ""
         rows.append(
-            f'<tr data-lever="{escape(lever.kind)}"><td>{escape(lever.kind)}</td><td>{escape(lever.stage)}</td>'
+            f'<tr data-lever="{escape(lever.kind)}"><td title="{escape(_controls_for(lever.kind))}">'
+            f"{escape(lever.kind)}</td><td>{escape(lever.stage)}</td>"
             f'<td class="num">{escape(requests)}</td><td class="num">{escape(format_ms(lever.p(50)))}</td>'
             f'<td class="num">{escape(format_ms(lever.p(95)))}</td>'
             f'<td class="num">{escape(total_text(lever.total_ms) if lever.savings_ms else "-")}</td>'
@@ -91,6 +95,12 @@ def where_section(levers: LeverAnalysis) -> str:
         "<th>p50 saving</th><th>p95 saving</th><th>Total</th><th>Saves</th><th>What to try</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
+
+
+def _controls_for(kind: HintKind) -> str:
+    """A lever's words from the table, shown on its name: what it controls for, and what it never proposes."""
+    lever = KINDS[kind]
+    return f"Controls for: {lever.controls_for}. Never proposes {lever.never}."
 
 
 def models_section(levers: LeverAnalysis) -> str:

@@ -541,7 +541,7 @@ def merged_fix(findings: Sequence[Finding], keep: Sequence[str] = ()) -> dict[st
     """Every finding's fix in one budget-file fragment: per stage, match rules and first-token settings merged.
 
     The stages named in ``keep`` (the file's) are listed too, as ``{}`` when nothing changes
-    for them: a file with no ``stages:`` key tracks the three built-in stages, and adding a
+    for them: a file with no ``stages:`` key tracks the four built-in stages, and adding a
     ``stages:`` with only the fixed ones would drop the others.
     """
     if not findings:

@@ -17,16 +17,9 @@ from dataclasses import dataclass
 from latency_budget._config import BudgetConfig
 from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.estimators import Fit, fit_or_reason
-from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves, unknown_kind
-from latency_budget._core.levers import (
-    FITTED,
-    MIN_MODEL_CALLS,
-    MIN_STREAMED,
-    Finding,
-    RecordedBaseline,
-    request_levers,
-)
-from latency_budget._core.report import TraceReport, format_ms
+from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves
+from latency_budget._core.levers import AdviceFor, Finding, RecordedBaseline, fit_caption, request_levers
+from latency_budget._core.report import TraceReport
 from latency_budget.cli._stats import percentile
 
 __all__ = ["ContextRow", "LeverAnalysis", "LeverSummary", "ModelRow", "analyse_levers", "fit_caption"]
@@ -41,6 +34,8 @@ class LeverSummary:
     ``savings_ms`` holds, sorted, its estimated saving in each request where it applies
     with an estimate; ``unestimated`` counts the requests where it applies without one.
     ``saves`` says whose time it saves: the whole request's, or its first token's.
+    ``held_back`` counts the requests where it would have saved time but a protected
+    stage's check (``held_back_by``) followed: no saving is claimed there.
     """
 
     kind: HintKind
@@ -53,6 +48,9 @@ class LeverSummary:
     basis: str  # what the estimate rests on, for people
     advice: str  # what to try, for people
     test: str = ""  # what the data passed for the estimate to be given (empty for the shape's hints)
+    # Requests where a protected stage's check held the saving back (streaming ahead of it), and those stages.
+    held_back: int = 0
+    held_back_by: tuple[str, ...] = ()
 
     @property
     def requests(self) -> int:
@@ -151,16 +149,26 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     within: Counter[tuple[HintKind, str]] = Counter()
     repeats: Counter[tuple[HintKind, str]] = Counter()
     tests: dict[tuple[HintKind, str], str] = {}
+    held_back: Counter[tuple[HintKind, str]] = Counter()
+    assumed: Counter[tuple[HintKind, str]] = Counter()  # sequential calls assumed independent
+    held_back_by: dict[tuple[HintKind, str], dict[str, None]] = {}
     left_out: list[Finding] = []
-    thresholds: dict[str, float] = {}
+    thresholds: dict[str, tuple[float, frozenset[str] | None]] = {}
     for report in ordered:
         per_request: dict[tuple[HintKind, str], float] = {}
-        least = thresholds.get(report.profile)
-        if least is None:
-            least = thresholds[report.profile] = _threshold(config, report.profile)
-        for finding in request_levers(report.calls, report, baseline, min_saving_ms=least, left_out=left_out):
+        found = thresholds.get(report.profile)
+        if found is None:
+            found = thresholds[report.profile] = _threshold(config, report.profile)
+        least, protected = found
+        for finding in request_levers(
+            report.calls, report, baseline, min_saving_ms=least, left_out=left_out, protected=protected
+        ):
             key: tuple[HintKind, str] = (finding.kind, finding.stage)
             targets.setdefault(key, Counter()).update(_people(finding))
+            if finding.held_back_by is not None:
+                held_back[key] += 1
+                held_back_by.setdefault(key, {})[finding.held_back_by] = None
+                continue
             if finding.saving_ms is None:
                 unestimated[key] += 1
                 continue
@@ -173,10 +181,12 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             if hint.kind in SHAPE_KINDS:
                 key = (hint.kind, hint.stage)
                 per_request[key] = per_request.get(key, 0.0) + hint.potential_savings_ms
+                if hint.checked is False:
+                    assumed[key] += 1
         for key, value in per_request.items():
             savings.setdefault(key, []).append(value)
         baseline.remember(report.calls)
-    keys = set(savings) | set(unestimated)
+    keys = set(savings) | set(unestimated) | set(held_back)
     levers = [
         _summary(
             key,
@@ -188,6 +198,9 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             within[key],
             repeats[key],
             tests.get(key, ""),
+            held_back[key],
+            tuple(held_back_by.get(key, ())),
+            assumed[key],
         )
         for key in keys
     ]
@@ -201,21 +214,15 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     )
 
 
-def _threshold(config: BudgetConfig | None, profile: str) -> float:
+def _threshold(config: BudgetConfig | None, profile: str) -> tuple[float, frozenset[str] | None]:
+    """A profile's ``hints.min_saving_ms`` and protected stages (``None``: those of each report's spans)."""
     if config is None:
-        return DEFAULT_MIN_SAVING_MS
+        return DEFAULT_MIN_SAVING_MS, None
     try:
-        return config.budgets_by_profile(profile).min_saving_ms
+        budgets = config.budgets_by_profile(profile)
     except KeyError:  # a report of a profile the file no longer has
-        return config.default.min_saving_ms
-
-
-def fit_caption(fit: Fit) -> str:
-    """A Theil-Sen fit of milliseconds on tokens, for people: the one wording of the text, tables and page."""
-    return (
-        f"{format_ms(fit.slope * 1000)} per 1,000 tokens (95% CI {format_ms(fit.slope_low * 1000)} to "
-        f"{format_ms(fit.slope_high * 1000)}), R² {fit.r_squared:.2f}, n {fit.n}{fit.sample_note()}"
-    )
+        budgets = config.default
+    return budgets.min_saving_ms, budgets.protected_stages
 
 
 def _people(finding: Finding) -> list[str]:
@@ -233,71 +240,42 @@ def _summary(
     within: int,
     repeats: int,
     test: str,
+    held_back: int = 0,
+    held_back_by: tuple[str, ...] = (),
+    assumed: int = 0,
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
-    stats = baseline.stats(stage, main) if main is not None else None
-    named = _names(targets)
-    basis, advice = "", ""
-    match kind:
-        case "streaming":
-            if stats is not None and stats.first_token_p50_ms is not None and stats.streamed >= MIN_STREAMED:
-                first = format_ms(stats.first_token_p50_ms)
-                basis = f"median first token of {stats.streamed} streamed calls of {main}: {first}"
-            if unestimated:
-                basis += (
-                    "; " if basis else ""
-                ) + f"no estimate in {unestimated} requests: fewer than {MIN_STREAMED} streamed calls of the model"
-            advice = f"stream the responses of {named} (gen_ai.request.stream): the user sees the first token sooner"
-        case "cache":
-            earlier = repeats - within
-            basis = (
-                f"{repeats} calls identical to an earlier one ({within} within a request, {earlier} from an "
-                "earlier request), if a cache hit cost nothing"
-            )
-            advice = f"cache the results of {named}: identical calls repeat"
-        case "model_choice":
-            compared = [(m, s) for m, s in baseline.models(stage) if s.n >= MIN_MODEL_CALLS]
-            fastest = min(compared, key=lambda item: (item[1].duration_p50_ms, item[0]))
-            if stats is not None:
-                basis = (
-                    f"median call of {main} {format_ms(stats.duration_p50_ms)} (n {stats.n}) against "
-                    f"{fastest[0]} {format_ms(fastest[1].duration_p50_ms)} (n {fastest[1].n}) in {stage}"
-                )
-            advice = f"try {fastest[0]} instead of {named} in {stage}, where its answers are good enough"
-        case "context_size":
-            fit = stats.context_fit if stats is not None else None
-            if fit is not None and stats is not None and stats.input_p50 is not None:
-                what = FITTED[stats.context_basis] if stats.context_basis is not None else "duration on input tokens"
-                basis = (
-                    f"Theil-Sen fit for {main} of {what}: {fit_caption(fit)}; "
-                    f"contexts above the median {stats.input_p50:,.0f} tokens trimmed to it"
-                )
-                advice = (
-                    f"trim the context of {named} calls (fewer or shorter documents, a summarised history): "
-                    f"each 1,000 input tokens cost about {format_ms(fit.slope * 1000)}"
-                )
-        case "output_length":
-            if stats is not None and stats.ms_per_output_token is not None and stats.output_p50 is not None:
-                source = "median over" if stats.rate_from == "streamed" else "Theil-Sen fit over"
-                basis = (
-                    f"{format_ms(stats.ms_per_output_token)} per output token of {main} ({source} {stats.rate_calls} "
-                    f"calls); outputs above the median {stats.output_p50:,.0f} tokens cut to it"
-                )
-                advice = (
-                    f"ask {named} for shorter output (max_tokens, a terser prompt): each 100 output tokens cost "
-                    f"about {format_ms(stats.ms_per_output_token * 100)}"
-                )
-        case "sequential_calls":
-            basis = "back-to-back sibling calls, each run made concurrent: the stage's time before less after"
-            advice = f"run independent {stage} spans concurrently (asyncio.gather, a thread pool)"
-        case "iterations":
-            basis = "the calls past max_calls, in start order"
-            advice = f"cut {stage} iterations: better tools or a planning step, or a lower max_calls"
-        case _:
-            unknown_kind(kind)
-    saves = KINDS[kind].saves
-    return LeverSummary(kind, stage, of_requests, savings, unestimated, saves, targets, basis, advice, test)
+    lever = KINDS[kind]
+    given = AdviceFor(
+        stage,
+        main,
+        baseline.stats(stage, main) if main is not None else None,
+        _names(targets),
+        baseline,
+        estimated=len(savings),
+        unestimated=unestimated,
+        held_back=held_back,
+        held_back_by=held_back_by,
+        repeats=repeats,
+        within=within,
+        assumed=assumed,
+    )
+    basis, advice = lever.advise(given)
+    return LeverSummary(
+        kind,
+        stage,
+        of_requests,
+        savings,
+        unestimated,
+        lever.saves,
+        targets,
+        basis,
+        advice,
+        test,
+        held_back,
+        held_back_by,
+    )
 
 
 def _names(targets: tuple[str, ...]) -> str:

@@ -60,7 +60,7 @@ BUILTIN_LABEL = "the built-in GenAI stages"
 _MAX_TIMEOUT_S = 86_400.0
 DEFAULT_WINDOW = 100_000
 _GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation while reading
-_BUILTIN_YAML = "version: 1\n"  # no stages: retrieval, model_call and tool_calls, tracked with the built-in matchers
+_BUILTIN_YAML = "version: 1\n"  # no stages: the built-in ones (genai_defaults.BUILTIN_STAGES), with their matchers
 
 
 def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
@@ -147,7 +147,7 @@ def add_budgets_argument(parser: argparse.ArgumentParser, *, required: bool, res
             " (required, but for a recording of the demo: its budgets)"
             if required
             else f" (default: the demo's budgets for a recording of the demo, else {BUILTIN_LABEL}:"
-            " retrieval, model_call, tool_calls)"
+            " retrieval, model_call, tool_calls, validation)"
         ),
     )
     parser.set_defaults(budgets_required=required)

@@ -39,12 +39,18 @@ def _lever_cells(lever: LeverSummary) -> list[str]:
     return [
         lever.kind,
         lever.stage,
-        _share(lever) if lever.savings_ms else f"- ({lever.unestimated} without estimate)",
+        _share(lever) if lever.savings_ms else _no_saving(lever),
         format_ms(lever.p(50)),
         format_ms(lever.p(95)),
         total_text(lever.total_ms) if lever.savings_ms else "-",
         _SAVES[lever.saves],
     ]
+
+
+def _no_saving(lever: LeverSummary) -> str:
+    if lever.held_back and not lever.unestimated:
+        return f"- ({lever.held_back} held back by {', '.join(lever.held_back_by)})"
+    return f"- ({lever.unestimated} without estimate)"
 
 
 _LEVER_HEADER = ["Lever", "Stage", "Requests", "p50 saving", "p95 saving", "Total", "Saves"]
@@ -202,6 +208,8 @@ def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
                 "basis": lever.basis,
                 "test": lever.test,
                 "try": lever.advice,
+                # Only where a protected stage's check held a saving back (streaming ahead of it).
+                **({"held_back": lever.held_back, "held_back_by": list(lever.held_back_by)} if lever.held_back else {}),
             }
             for lever in analysis.levers
         ],
