@@ -142,5 +142,5 @@ def test_validate_prints_one_line_per_problem(tmp_path: Path, capsys: pytest.Cap
     assert lines == [
         f"latency-budget: {path}:3: stages.retrieval.budget_ms: expected a positive number, got '800ms'",
         f"latency-budget: {path}:4: stages.model_cal: no 'match' rules; only the built-in stages (retrieval,"
-        " model_call, tool_calls) may omit them; did you mean 'model_call'?",
+        " model_call, tool_calls, validation) may omit them; did you mean 'model_call'?",
     ]
