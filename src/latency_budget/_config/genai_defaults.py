@@ -11,18 +11,28 @@ probe per key. Values listed as ``not_stages`` are known and deliberately left o
 Logfire log record that repeats its call's operation name, a Semantic Kernel function run
 that no model asked for). Recognising the next
 instrumentation is a new row, not new code.
+
+Each row says which class of evidence it rests on (:data:`EvidenceClass`). The general
+conventions come first in meaning, whatever framework made the span: the GenAI semantic
+conventions, and below them the database conventions (a vector database's search is
+retrieval), the MCP conventions (a ``tools/call`` is a tool call) and HTTP client spans
+to a model provider's API (:data:`PROVIDER_APIS`; a model call when no GenAI span covers
+the same call, see ``_core/calls.py``). The rows of an instrumentation's or a framework's
+own keys add what a stack says beyond them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget._config.matching import MatchRule, compile_glob, exact_values
+from latency_budget._config.matching import GlobError, MatchRule, UrlMatch, compile_glob, exact_values
 from latency_budget._config.model import FirstTokenSource
 
 __all__ = [
@@ -32,17 +42,25 @@ __all__ = [
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DIALECTS",
+    "EVIDENCE_CLASSES",
     "FIRST_TOKEN_SPELLINGS",
     "GENERATION_VALUES",
     "INVOCATIONS",
+    "MODEL_HOSTS_ENV",
     "MODEL_KEYS",
     "NOT_CALLS",
+    "PROVIDER_APIS",
+    "REQUEST_STAGES",
+    "STOP_AND_HANDOFF",
     "TOOL_CALLS_ONLY",
     "TOOL_CALL_FINISH_REASONS",
     "CallKeys",
     "Dialect",
+    "EvidenceClass",
     "FirstTokenSpelling",
     "NotACall",
+    "ProviderApi",
+    "StopOrHandoff",
     "ToolCallsOnly",
     "builtin_rules",
     "looks_like_a_call",
@@ -50,6 +68,36 @@ __all__ = [
 ]
 
 BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
+# The stages whose calls make a local root a request under the default ``requests`` rule
+# (beside an agent or workflow invocation): start-up work holds none of them.
+REQUEST_STAGES: tuple[str, ...] = ("model_call", "tool_calls")
+
+_log = logging.getLogger(__name__)
+
+# What a dialect row rests on: the general conventions (GenAI, database, MCP, an HTTP client
+# span), or keys and values that one instrumentation or framework writes on its own.
+EvidenceClass = Literal[
+    "GenAI semconv",
+    "database semconv",
+    "MCP semconv",
+    "HTTP client",
+    "instrumentation's own keys",
+    "framework's own keys",
+]
+EVIDENCE_CLASSES: tuple[EvidenceClass, ...] = get_args(EvidenceClass)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderApi:
+    """One model provider's HTTP API: its hosts, and per stage the path endings of its calls.
+
+    A host is exact (``api.openai.com``) or a glob (``*.openai.azure.com``); ``*`` is any
+    host (the OpenAI- and Anthropic-compatible paths that LLM proxies and local servers serve).
+    """
+
+    source: str
+    hosts: tuple[str, ...]
+    stages: Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +141,19 @@ class Dialect:
     evidence: Literal["tested", "source"] = "tested"
     # Where the vocabulary writes a call's model, tokens, arguments... (the latency levers).
     call_keys: CallKeys = CallKeys()
+    # Globs of span names on which the row does not hold (a vector database's writes are
+    # no retrieval): settled once per span name, never per span.
+    not_names: tuple[str, ...] = ()
+    # For the HTTP client row: the provider APIs whose URLs put a client span in a stage
+    # (``key`` is then the URL key, and ``stages`` is empty).
+    routes: tuple[ProviderApi, ...] = ()
+    # The class of evidence the row rests on (the dialect table's "evidence class").
+    evidence_class: EvidenceClass = field(kw_only=True)
     values: Mapping[str, str] = field(init=False, repr=False, compare=False)  # value -> stage
 
     def __post_init__(self) -> None:
+        if self.evidence_class not in EVIDENCE_CLASSES:
+            raise ValueError(f"{self.source}: {self.evidence_class!r} is no evidence class")
         values: dict[str, str] = {}
         for stage, listed in self.stages.items():
             if stage not in BUILTIN_STAGES:
@@ -135,6 +193,7 @@ DIALECTS: tuple[Dialect, ...] = (
             finish_reasons=("gen_ai.response.finish_reasons",),
             generation=True,
         ),
+        evidence_class="GenAI semconv",
     ),
     Dialect(
         # opentelemetry-semantic-conventions-ai's GenAICustomOperationName, and the LlamaIndex
@@ -151,6 +210,7 @@ DIALECTS: tuple[Dialect, ...] = (
             arguments=("gen_ai.prompt",),
             results=("gen_ai.completion.0.content",),
         ),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         "OpenInference",
@@ -168,6 +228,7 @@ DIALECTS: tuple[Dialect, ...] = (
             results=("output.value",),
             generation=True,
         ),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # TraceloopSpanKindValues: traceloop-sdk's @tool/@task/@agent/@workflow decorators.
@@ -176,6 +237,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"tool_calls": ("tool",)},
         not_stages=("workflow", "task", "agent", "unknown"),
         invocations=("workflow", "agent"),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # langfuse._client.constants: the observation types of the Langfuse SDK (v3 and later).
@@ -184,6 +246,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"retrieval": ("retriever", "embedding"), "model_call": ("generation",), "tool_calls": ("tool",)},
         not_stages=("span", "agent", "chain", "evaluator", "guardrail", "event"),
         invocations=("agent",),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # LLMRequestTypeValues: what OpenLLMetry wrote before gen_ai.operation.name, still defined.
@@ -191,6 +254,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "llm.request.type",
         {"retrieval": ("embedding", "rerank"), "model_call": ("chat", "completion")},
         not_stages=("unknown",),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # litellm.integrations.opentelemetry (callbacks=["otel"]): each call's `litellm_request`
@@ -204,6 +268,7 @@ DIALECTS: tuple[Dialect, ...] = (
             "retrieval": ("embedding", "aembedding", "arerank"),
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         "LiteLLM, its own OpenTelemetry callback",
@@ -220,6 +285,7 @@ DIALECTS: tuple[Dialect, ...] = (
             "retrieval": ("aembedding", "arerank"),
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # semantic_kernel.utils.telemetry.model_diagnostics of older releases: operation names of
@@ -237,6 +303,7 @@ DIALECTS: tuple[Dialect, ...] = (
             )
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # Seen on a framework's completion spans: the convention's name, plural.
@@ -244,6 +311,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "gen_ai.operation.name",
         {"model_call": ("text_completions", "chat_completions", "chat_completion")},
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # langsmith._internal.otel._otel_exporter (LANGSMITH_OTEL_ENABLED): the run type. Its
@@ -254,6 +322,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"model_call": ("llm",), "retrieval": ("retriever", "embedding"), "tool_calls": ("tool",)},
         not_stages=("chain", "prompt", "parser"),
         evidence="tested",  # tests/frameworks/langsmith (langsmith 0.15.1, LangGraph 1.2.24)
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # mlflow.entities.SpanType, written JSON-encoded as every MLflow span attribute is.
@@ -267,6 +336,7 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=('"AGENT"', '"CHAIN"', '"PARSER"', '"MEMORY"', '"UNKNOWN"', '"EVALUATOR"', '"GUARDRAIL"', '"TASK"'),
         invocations=('"AGENT"',),
         evidence="source",
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # haystack.core.pipeline (traced by opentelemetry-haystack since haystack-ai 3): every
@@ -303,6 +373,7 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=("Agent", "PromptBuilder", "ChatPromptBuilder", "AnswerBuilder", "DocumentWriter"),
         invocations=("Agent",),
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): the lmnr.span.type of the spans
@@ -315,6 +386,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
         not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
         evidence="source",
+        evidence_class="instrumentation's own keys",
     ),
 )
 
