@@ -248,7 +248,9 @@ def test_autogen_create_agent_is_start_up_and_invoke_agent_is_a_request() -> Non
     assert [r.root_name for r in p.reports] == ["invoke_agent assistant"]
 
 
-@pytest.mark.parametrize("dialect", DIALECTS, ids=[f"{d.source}:{d.key}" for d in DIALECTS])
+@pytest.mark.parametrize(
+    "dialect", [d for d in DIALECTS if d.values], ids=[f"{d.source}:{d.key}" for d in DIALECTS if d.values]
+)
 def test_every_dialect_key_is_an_operation_key(dialect: object) -> None:
     """OPERATION_KEYS is derived from DIALECTS: a span with only a row's key is of that kind of call."""
     key = dialect.key  # type: ignore[attr-defined]

@@ -137,12 +137,25 @@ def test_values_are_case_and_type_exact() -> None:
     assert classify("x", SpanKind.INTERNAL, "s", {"openinference.span.kind": "LLM"}) >= 0
 
 
-def test_every_builtin_rule_is_a_single_attribute_condition() -> None:
-    """Each built-in rule tests one key (what keeps classification one dictionary probe per key)."""
+def test_every_builtin_rule_is_a_single_attribute_condition_or_a_probe() -> None:
+    """Each built-in rule tests one key (with at most a span-name veto) or is a probe beside the index.
+
+    That keeps classification one dictionary probe per key: the decision for a span with a
+    dialect key keeps its index, and the probes (URL, class-name endings) run only on spans
+    carrying the keys they read.
+    """
     for stage in BUILTIN_STAGES:
         rules = builtin_rules(stage) or ()
         assert rules
-        assert all(len(r.attributes) == 1 and not r.exists and r.name is None and r.kind is None for r in rules)
+        for r in rules:
+            if r.probe is None:
+                assert len(r.attributes) == 1 and not r.exists and r.kind is None
+                assert r.name is None or r.name.pattern.startswith("(?!")
+            else:
+                assert not r.attributes and not r.exists and not r.unless
+    config = load_budgets(text=NO_MATCH_RULES)
+    decision = config.classifier.prepare("x", SpanKind.CLIENT, "s")
+    assert not isinstance(decision, int) and decision.index is not None and decision.by_probe
 
 
 def test_no_value_means_two_stages() -> None:

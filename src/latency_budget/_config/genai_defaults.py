@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,7 +33,14 @@ from typing import Any, Literal, get_args
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget._config.matching import GlobError, MatchRule, UrlMatch, compile_glob, exact_values
+from latency_budget._config.matching import (
+    GlobError,
+    MatchRule,
+    UrlMatch,
+    ValueEndings,
+    compile_glob,
+    exact_values,
+)
 from latency_budget._config.model import FirstTokenSource
 
 __all__ = [
@@ -100,6 +108,89 @@ class ProviderApi:
     stages: Mapping[str, tuple[str, ...]]
 
 
+# The OpenAI-compatible routes (OpenAI's own, and what most providers, proxies and local
+# servers copy), and the Anthropic messages route.
+_OPENAI_ROUTES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"model_call": ("/chat/completions", "/completions", "/responses"), "retrieval": ("/embeddings",)}
+)
+_GEMINI_ROUTES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "model_call": (":generateContent", ":streamGenerateContent", ":rawPredict", ":streamRawPredict"),
+        "retrieval": (":embedContent", ":batchEmbedContents"),
+    }
+)
+MODEL_HOSTS_ENV = "LATENCY_BUDGET_MODEL_HOSTS"
+
+
+def _hosts_from_env() -> tuple[str, ...]:
+    """Hosts (or host globs) named in LATENCY_BUDGET_MODEL_HOSTS, comma-separated; a bad glob logs and is skipped."""
+    hosts: list[str] = []
+    for host in os.environ.get(MODEL_HOSTS_ENV, "").split(","):
+        host = host.strip().lower()
+        if not host:
+            continue
+        try:
+            compile_glob(host)
+        except GlobError as error:
+            _log.warning("%s: %s: ignored", MODEL_HOSTS_ENV, error)
+            continue
+        hosts.append(host)
+    return tuple(hosts)
+
+
+# Model providers' HTTP APIs: a POST whose path ends with one of a stage's endings, to one of
+# the hosts, is a call of that stage (HTTP client spans, read when no GenAI span says more).
+# Hosts named in LATENCY_BUDGET_MODEL_HOSTS (a gateway of yours) take the OpenAI-compatible
+# and Anthropic routes too.
+PROVIDER_APIS: tuple[ProviderApi, ...] = (
+    ProviderApi("OpenAI", ("api.openai.com",), _OPENAI_ROUTES),
+    ProviderApi("Azure OpenAI", ("*.openai.azure.com", "*.services.ai.azure.com"), _OPENAI_ROUTES),
+    ProviderApi("Anthropic", ("api.anthropic.com",), {"model_call": ("/v1/messages",)}),
+    ProviderApi("Google Gemini API", ("generativelanguage.googleapis.com",), _GEMINI_ROUTES),
+    ProviderApi("Google Vertex AI", ("aiplatform.googleapis.com", "*-aiplatform.googleapis.com"), _GEMINI_ROUTES),
+    ProviderApi(
+        "Amazon Bedrock",
+        ("bedrock-runtime.*.amazonaws.com", "bedrock-runtime-fips.*.amazonaws.com"),
+        {"model_call": ("/converse", "/converse-stream", "/invoke", "/invoke-with-response-stream")},
+    ),
+    ProviderApi(
+        "OpenAI-compatible providers",
+        (
+            "api.mistral.ai",
+            "api.groq.com",
+            "api.deepseek.com",
+            "api.together.xyz",
+            "api.fireworks.ai",
+            "api.x.ai",
+            "openrouter.ai",
+            "api.perplexity.ai",
+        ),
+        _OPENAI_ROUTES,
+    ),
+    ProviderApi(
+        "Cohere", ("api.cohere.com", "api.cohere.ai"), {"model_call": ("/v2/chat", "/v1/chat"), "retrieval": ("/v2/embed", "/v1/embed", "/v2/rerank", "/v1/rerank")}
+    ),
+    # LLM proxies (LiteLLM's, vLLM's, Ollama's OpenAI-compatible server...) and gateways, on any
+    # host: only the versioned paths, which an application's own API seldom copies.
+    ProviderApi(
+        "OpenAI- and Anthropic-compatible servers, any host",
+        ("*",),
+        {
+            "model_call": ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"),
+            "retrieval": ("/v1/embeddings",),
+        },
+    ),
+    ProviderApi(
+        f"hosts named in {MODEL_HOSTS_ENV}",
+        _hosts_from_env(),
+        {
+            "model_call": (*_OPENAI_ROUTES["model_call"], "/messages"),
+            "retrieval": _OPENAI_ROUTES["retrieval"],
+        },
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class CallKeys:
     """Where one vocabulary writes the facts of a call that the latency levers read.
@@ -147,6 +238,9 @@ class Dialect:
     # For the HTTP client row: the provider APIs whose URLs put a client span in a stage
     # (``key`` is then the URL key, and ``stages`` is empty).
     routes: tuple[ProviderApi, ...] = ()
+    # stage -> endings of the key's value that put a span in it (a framework whose class
+    # names follow a convention: Haystack's `...Retriever`, `...ChatGenerator`).
+    endings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # The class of evidence the row rests on (the dialect table's "evidence class").
     evidence_class: EvidenceClass = field(kw_only=True)
     values: Mapping[str, str] = field(init=False, repr=False, compare=False)  # value -> stage
@@ -163,6 +257,10 @@ class Dialect:
                     raise ValueError(f"{self.source}: {self.key}={value!r} is listed twice")
         if not set(self.invocations) <= set(self.not_stages):
             raise ValueError(f"{self.source}: invocations must be among not_stages")
+        endings = tuple(ending for listed in self.endings.values() for ending in listed)
+        if any(value.endswith(endings) for value in self.not_stages) if endings else False:
+            raise ValueError(f"{self.source}: a value of not_stages ends like a stage's value")
+        object.__setattr__(self, "endings", MappingProxyType(dict(self.endings)))
         object.__setattr__(self, "stages", MappingProxyType(dict(self.stages)))
         object.__setattr__(self, "values", MappingProxyType(values))
 
@@ -372,6 +470,10 @@ DIALECTS: tuple[Dialect, ...] = (
         },
         not_stages=("Agent", "PromptBuilder", "ChatPromptBuilder", "AnswerBuilder", "DocumentWriter"),
         invocations=("Agent",),
+        # Haystack's naming convention, which its integrations follow (qdrant-haystack's
+        # QdrantEmbeddingRetriever, mistral-haystack's MistralChatGenerator...): the listed values
+        # above are the ones tested; these endings stage the rest.
+        endings={"model_call": ("Generator",), "retrieval": ("Retriever", "Embedder", "Ranker")},
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
         evidence_class="framework's own keys",
     ),
@@ -387,6 +489,72 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
         evidence="source",
         evidence_class="instrumentation's own keys",
+    ),
+    Dialect(
+        # The database semantic conventions' system (older name), as OpenLLMetry's vector-database
+        # instrumentations write it: opentelemetry-instrumentation-qdrant and -pinecone `Qdrant` and
+        # `Pinecone` on CLIENT spans `qdrant.{method}`, `pinecone.{method}`; -chromadb, -milvus,
+        # -weaviate, -lancedb `chroma`, `milvus`, `weaviate`, `lancedb` with db.operation the method;
+        # Azure AI Search's `Azure AI Search`. A read (search, query, get, recommend, scroll...) is
+        # retrieval; a write, told by its span name, is none (indexing a corpus is start-up work).
+        "vector databases: the database semantic conventions (OpenLLMetry's vector-database instrumentations)",
+        "db.system",
+        {"retrieval": ("Qdrant", "qdrant", "Pinecone", "pinecone", "chroma", "chromadb", "milvus", "weaviate",
+                       "lancedb", "marqo", "Azure AI Search")},
+        not_names=("*upsert*", "*insert*", "*.add", "add *", "*add_*", "*upload*", "*delete*", "*update*",
+                   "*modify*", "*create*", "*set_payload*", "*overwrite*", "*replace*", "*drop*", "*merge*",
+                   "*index_documents*"),
+        evidence="source",
+        evidence_class="database semconv",
+        call_keys=CallKeys(data_source=("db.collection.name",)),
+    ),
+    Dialect(
+        # The current database conventions: db.system.name, spans `{db.operation.name} {collection}`.
+        "vector databases: the database semantic conventions (current names)",
+        "db.system.name",
+        {"retrieval": ("qdrant", "pinecone", "chroma", "chromadb", "milvus", "weaviate", "lancedb", "marqo")},
+        not_names=("*upsert*", "*insert*", "*.add", "add *", "*add_*", "*upload*", "*delete*", "*update*",
+                   "*modify*", "*create*", "*set_payload*", "*overwrite*", "*replace*", "*drop*", "*merge*",
+                   "*index_documents*"),
+        evidence="source",
+        evidence_class="database semconv",
+    ),
+    Dialect(
+        # The OpenTelemetry MCP semantic conventions (semantic-conventions-genai, gen-ai/mcp.md): client
+        # spans `{mcp.method.name} {target}` (CLIENT), the server's (SERVER) in its own trace, with the
+        # client's as remote parent. gen_ai.operation.name `execute_tool` is only recommended on a
+        # `tools/call`: the method says it. The protocol's own traffic is no call. (OpenLLMetry's
+        # opentelemetry-instrumentation-mcp writes `{tool}.tool` with traceloop.span.kind `tool`
+        # instead, and `{method}.mcp` for the rest: rows above.)
+        "MCP semantic conventions",
+        "mcp.method.name",
+        {"tool_calls": ("tools/call",)},
+        not_stages=(
+            "initialize",
+            "notifications/initialized",
+            "notifications/cancelled",
+            "notifications/progress",
+            "ping",
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list",
+            "logging/setLevel",
+        ),
+        evidence="source",
+        evidence_class="MCP semconv",
+    ),
+    Dialect(
+        # HTTP client spans (opentelemetry-instrumentation-requests, -httpx, -aiohttp-client...): the
+        # old conventions write http.method and http.url, the current http.request.method and url.full
+        # (both read). A POST to a model provider's route (PROVIDER_APIS) is a model call, or an
+        # embedding (retrieval); under a GenAI span of its stage it is part of that call (nested).
+        "HTTP client spans to a model provider's API",
+        "url.full",
+        {},
+        routes=PROVIDER_APIS,
+        evidence="source",
+        evidence_class="HTTP client",
     ),
 )
 
@@ -448,14 +616,21 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
 
     Every rule carries the same vetoes, from ``not_calls``.
     """
-    by_stage: dict[str, dict[str, list[str]]] = {stage: {} for stage in BUILTIN_STAGES}
+    by_stage: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {stage: {} for stage in BUILTIN_STAGES}
+    probes: dict[str, list[MatchRule]] = {stage: [] for stage in BUILTIN_STAGES}
     owner: dict[tuple[str, str], str] = {}
     for dialect in dialects:
         for value, stage in dialect.values.items():
             other = owner.setdefault((dialect.key, value), stage)
             if other != stage:
                 raise ValueError(f"{dialect.key}={value!r} is both {other} and {stage}")
-            by_stage[stage].setdefault(dialect.key, []).append(value)
+            by_stage[stage].setdefault((dialect.key, dialect.not_names), []).append(value)
+        for stage, endings in dialect.endings.items():
+            probes[stage].append(MatchRule(probe=ValueEndings(dialect.key, endings)))
+        for stage in BUILTIN_STAGES:
+            routes = tuple((host, api.stages[stage]) for api in dialect.routes if stage in api.stages for host in api.hosts)
+            if routes:
+                probes[stage].append(MatchRule(kind=SpanKind.CLIENT, probe=UrlMatch(routes)))
     unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls if entry.scope is None)
     scoped = tuple(
         (compile_glob(entry.scope), ((entry.key, exact_values(entry.values)),))
@@ -463,12 +638,27 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
         if entry.scope is not None
     )
     return {
-        stage: tuple(
-            MatchRule(attributes=((key, exact_values(values)),), unless=unless, scoped_unless=scoped)
-            for key, values in keys.items()
+        stage: (
+            *(
+                MatchRule(
+                    name=_not_named(not_names),
+                    attributes=((key, exact_values(values)),),
+                    unless=unless,
+                    scoped_unless=scoped,
+                )
+                for (key, not_names), values in keys.items()
+            ),
+            *probes[stage],
         )
         for stage, keys in by_stage.items()
     }
+
+
+def _not_named(globs: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A name pattern that matches every span name but those of ``globs`` (None: no condition)."""
+    if not globs:
+        return None
+    return re.compile("(?!" + "|".join(compile_glob(glob).pattern for glob in globs) + ")")
 
 
 _BUILTIN = _compile(DIALECTS, NOT_CALLS)

@@ -11,6 +11,7 @@ import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from opentelemetry.trace import SpanKind
 
@@ -21,7 +22,9 @@ __all__ = [
     "GlobError",
     "MatchRule",
     "StageClassifier",
+    "Probe",
     "UrlMatch",
+    "ValueEndings",
     "compile_glob",
     "exact_values",
 ]
@@ -68,6 +71,35 @@ def exact_values(values: Sequence[object]) -> frozenset[tuple[type, object]]:
 
 # Attribute conditions: (key, its allowed values as exact_values gives them).
 Conditions = tuple[tuple[str, frozenset[tuple[type, object]]], ...]
+
+
+class Probe(Protocol):
+    """A condition that reads a few keys in a way an exact value cannot say (a URL, a name's ending)."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys it reads: a span with none of them never satisfies it."""
+        ...
+
+    def holds(self, attributes: Mapping[str, object]) -> bool:
+        """Whether ``attributes`` satisfy it (values of the wrong type never do)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ValueEndings:
+    """A string value of ``key`` that ends with one of ``endings`` (a framework's class-name conventions)."""
+
+    key: str
+    endings: tuple[str, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def holds(self, attributes: Mapping[str, object]) -> bool:
+        value = attributes.get(self.key)
+        return value.__class__ is str and value.endswith(self.endings)  # type: ignore[union-attr]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +194,9 @@ class MatchRule:
     # They are settled once per resource, by :meth:`resolved`; a rule that still has them
     # has not been resolved and matches nothing.
     resource: Conditions = ()
-    # A condition on the URL an HTTP client span calls (the built-in rules only: see UrlMatch).
-    url: UrlMatch | None = None
+    # A condition no exact value can say (the built-in rules only): the URL an HTTP client
+    # span calls (UrlMatch), or how a value ends (ValueEndings).
+    probe: Probe | None = None
 
     def __post_init__(self) -> None:
         if (self.unless or self.scoped_unless) and not self.needs_attributes:
@@ -172,7 +205,7 @@ class MatchRule:
     @property
     def needs_attributes(self) -> bool:
         """Whether the rule's outcome depends on the span's attributes."""
-        return bool(self.attributes or self.exists or self.url)
+        return bool(self.attributes or self.exists or self.probe is not None)
 
     @property
     def gate(self) -> tuple[str, ...]:
@@ -181,7 +214,7 @@ class MatchRule:
             return self.exists[:1]
         if self.attributes:
             return (self.attributes[0][0],)
-        return self.url.keys if self.url is not None else ()
+        return self.probe.keys if self.probe is not None else ()
 
     def resolved(self, resource: Mapping[str, object]) -> MatchRule | None:
         """The rule for spans of ``resource``: without its resource conditions when they hold, else None."""
@@ -220,7 +253,7 @@ class MatchRule:
                 return False
         if self.attributes and not _holds(self.attributes, attributes):
             return False
-        if self.url is not None and not self.url.holds(attributes):
+        if self.probe is not None and not self.probe.holds(attributes):
             return False
         return not self.unless or not vetoed(self.unless, attributes)
 
@@ -274,34 +307,34 @@ class AttributeDecision:
     per distinct key: the earliest stage whose allowed values contain the span's value.
     Otherwise the rules are tried in order. A stage found through the index whose rules
     carry vetoes (``unless``) is checked against them; a vetoed answer is settled by
-    trying the rules in order, so a later rule can still match. Rules on a URL (the
-    built-in HTTP client rows) sit beside the index: tried, in order, only on a span that
-    carries a URL key, and only when they would give an earlier stage than the index did.
+    trying the rules in order, so a later rule can still match. Rules with a probe (the
+    built-in URL and class-name rows) sit beside the index: tried, in order, only on a span
+    that carries a key they read, and only when they would give an earlier stage than the index did.
     """
 
-    __slots__ = ("by_url", "gate", "index", "keys", "rules", "veto_keys", "vetoes")
+    __slots__ = ("by_probe", "gate", "index", "keys", "rules", "veto_keys", "vetoes")
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
-        by_url = tuple((stage, rule) for stage, rule in rules if rule.url is not None)
+        by_probe = tuple((stage, rule) for stage, rule in rules if rule.probe is not None)
         # A veto on a key's absence cannot be gated on the keys present: those rules are tried in order.
         simple = all(
             (
                 len(rule.attributes) == 1
                 and not rule.exists
-                and rule.url is None
+                and rule.probe is None
                 and not any(ABSENT in values for _, values in rule.unless)
             )
-            or (rule.url is not None and not rule.attributes and not rule.exists and not rule.unless)
+            or (rule.probe is not None and not rule.attributes and not rule.exists and not rule.unless)
             for _, rule in rules
         )
         # stage -> the vetoes its rules share (a stage whose rules differ in them: no index).
         shared: dict[int, Conditions] = {}
         for stage, rule in rules:
-            if rule.url is None and shared.setdefault(stage, rule.unless) != rule.unless:
+            if rule.probe is None and shared.setdefault(stage, rule.unless) != rule.unless:
                 simple = False
-        # The URL rules beside the index (with no index, every rule is tried in order).
-        self.by_url: tuple[tuple[int, MatchRule], ...] = by_url if simple else ()
+        # The probe rules beside the index (with no index, every rule is tried in order).
+        self.by_probe: tuple[tuple[int, MatchRule], ...] = by_probe if simple else ()
         self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
         # The keys of every veto: a span with none of them (nearly all) is checked by one set operation.
         self.veto_keys = frozenset(key for u in (self.vetoes or {}).values() for key, _ in u)
@@ -310,7 +343,7 @@ class AttributeDecision:
         if simple:
             by_key: dict[str, dict[tuple[type, object], int]] = {}
             for stage, rule in rules:
-                if rule.url is not None:
+                if rule.probe is not None:
                     continue
                 key, allowed = rule.attributes[0]
                 table = by_key.setdefault(key, {})
@@ -349,12 +382,12 @@ class AttributeDecision:
                 continue
             if stage >= 0 and (best < 0 or stage < best):
                 best = stage
-        if self.by_url:
-            for stage, rule in self.by_url:  # in stage order: the first that holds is the earliest
+        if self.by_probe:
+            for stage, rule in self.by_probe:  # in stage order: the first that holds is the earliest
                 if best >= 0 and stage >= best:
                     break
-                if rule.url.holds(attributes):  # type: ignore[union-attr]
-                    return stage  # a URL rule carries no vetoes
+                if rule.probe.holds(attributes):  # type: ignore[union-attr]
+                    return stage  # a probe rule carries no vetoes
         if (
             best >= 0
             and self.vetoes is not None
@@ -470,7 +503,7 @@ class _Ordered(AttributeDecision):
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
         self.index = None
-        self.by_url = ()
+        self.by_probe = ()
         self.gate = None  # the last rule holds whatever the attributes
         self.vetoes = None  # decide() below tries each rule whole, vetoes included
         self.veto_keys = frozenset()

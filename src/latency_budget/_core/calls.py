@@ -23,8 +23,9 @@ from latency_budget._core.critical_path import RecordedSpan
 __all__ = ["OPERATION_KEYS", "nested_calls", "operation_of"]
 
 # The attributes that say which operation a GenAI span performs: every key of the dialect
-# table, in its order (the first a span carries is read).
-OPERATION_KEYS: tuple[str, ...] = tuple(dict.fromkeys(dialect.key for dialect in DIALECTS))
+# table whose values name stages, in its order (the first a span carries is read). The URL
+# of an HTTP client row is no operation: such a span's kind is its name.
+OPERATION_KEYS: tuple[str, ...] = tuple(dict.fromkeys(dialect.key for dialect in DIALECTS if dialect.values))
 
 
 def operation_of(name: str, attributes: Mapping[str, object]) -> str:
