@@ -71,6 +71,7 @@ __all__ = [
     "StopOrHandoff",
     "ToolCallsOnly",
     "builtin_rules",
+    "invokes",
     "looks_like_a_call",
     "plausible_request",
 ]
@@ -685,6 +686,69 @@ GENERATION_VALUES: tuple[tuple[str, frozenset[str]], ...] = tuple(
     if dialect.call_keys.generation
 )
 
+@dataclass(frozen=True, slots=True)
+class StopOrHandoff:
+    """A tool-call span that is an agent framework's bookkeeping, not a tool that ran.
+
+    ``kind``: ``stop`` (the loop's way to end), ``handoff`` (control passes to another
+    agent, which then runs outside the tool) or ``delegation`` (the tool runs another agent
+    inside it: that agent's tool calls are the work, counted each). ``name`` is the tool's
+    name as its spans carry it (``gen_ai.tool.name``, OpenInference's ``tool.name``,
+    OpenLLMetry's ``traceloop.entity.name``, else the span name less ``execute_tool `` and
+    ``.tool``); with ``prefix`` every name starting with it. With ``empty_arguments`` only a
+    call that carries no arguments is bookkeeping (a tool of yours with that name and
+    arguments still counts).
+    """
+
+    framework: str
+    kind: Literal["stop", "handoff", "delegation"]
+    name: str
+    evidence: str
+    prefix: bool = False
+    empty_arguments: bool = False
+
+
+# Agent frameworks' stop signals and handoffs written as tools: not counted as tool calls, and
+# the calls they hold count as if they were not there (a delegated agent's tools, one each).
+STOP_AND_HANDOFF: tuple[StopOrHandoff, ...] = (
+    StopOrHandoff(
+        "DSPy ReAct", "stop", "finish", "dspy/predict/react.py: ReAct adds a `finish` tool with no arguments, which "
+        "the model calls to end the loop", empty_arguments=True,
+    ),
+    StopOrHandoff(
+        "smolagents", "stop", "final_answer", "smolagents/default_tools.py: FinalAnswerTool (`final_answer`), the "
+        "call that ends a ToolCallingAgent's or CodeAgent's loop with the answer",
+    ),
+    StopOrHandoff(
+        "OpenAI Agents SDK, LangGraph supervisor and swarm, AutoGen AgentChat Swarm, Google ADK", "handoff",
+        "transfer_to_", "agents/handoffs (Handoff.default_tool_name: transfer_to_{agent}); langgraph-supervisor "
+        "handoff.py (create_handoff_tool: transfer_to_{agent}); autogen_agentchat.base.Handoff (transfer_to_{target}); "
+        "google.adk.tools.transfer_to_agent_tool (`transfer_to_agent`)", prefix=True,
+    ),
+    StopOrHandoff(
+        "LangGraph supervisor", "handoff", "transfer_back_to_", "langgraph-supervisor handoff.py "
+        "(create_handoff_back_messages: transfer_back_to_{supervisor})", prefix=True,
+    ),
+    StopOrHandoff(
+        "OpenAI Agents SDK + openinference-instrumentation-openai-agents", "handoff", "handoff to ",
+        "openinference openai_agents/_processor.py: a HandoffSpanData span is `handoff to {agent}`, kind TOOL",
+        prefix=True,
+    ),
+    StopOrHandoff(
+        "Strands Agents Swarm", "handoff", "handoff_to_agent", "strands/multiagent/swarm.py: the swarm's "
+        "coordination tool `handoff_to_agent`",
+    ),
+    StopOrHandoff(
+        "CrewAI", "delegation", "Delegate work to coworker", "crewai/tools/agent_tools/delegate_work_tool.py: the "
+        "coworker agent runs inside the tool",
+    ),
+    StopOrHandoff(
+        "CrewAI", "delegation", "Ask question to coworker", "crewai/tools/agent_tools/ask_question_tool.py: the "
+        "coworker agent runs inside the tool",
+    ),
+)
+
+
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})
 
@@ -884,6 +948,18 @@ def _invocations(dialects: tuple[Dialect, ...]) -> Mapping[str, frozenset[str]]:
 # key -> the values that say a span invokes an agent or a workflow, from DIALECTS.
 INVOCATIONS: Mapping[str, frozenset[str]] = _invocations(DIALECTS)
 _REQUEST_KINDS = (SpanKind.SERVER, SpanKind.CONSUMER)
+
+
+_INVOCATION_KEYS = frozenset(INVOCATIONS)
+
+
+def invokes(attributes: Mapping[str, object]) -> bool:
+    """Whether a span invokes an agent or a workflow (:data:`INVOCATIONS`)."""
+    for key in _INVOCATION_KEYS.intersection(attributes):
+        value = attributes[key]
+        if value.__class__ is str and value in INVOCATIONS[key]:
+            return True
+    return False
 
 
 def plausible_request(kind: SpanKind, remote_parent: bool, attributes: Mapping[str, object]) -> bool:
