@@ -333,8 +333,11 @@ class AttributeDecision:
         for stage, rule in rules:
             if rule.probe is None and shared.setdefault(stage, rule.unless) != rule.unless:
                 simple = False
-        # The probe rules beside the index (with no index, every rule is tried in order).
-        self.by_probe: tuple[tuple[int, MatchRule], ...] = by_probe if simple else ()
+        # The probe rules beside the index (with no index, every rule is tried in order), each
+        # with the keys it reads: one that reads none of the keys present is not called.
+        self.by_probe: tuple[tuple[int, MatchRule, frozenset[str]], ...] = (
+            tuple((stage, rule, frozenset(rule.gate)) for stage, rule in by_probe) if simple else ()
+        )
         self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
         # The keys of every veto: a span with none of them (nearly all) is checked by one set operation.
         self.veto_keys = frozenset(key for u in (self.vetoes or {}).values() for key, _ in u)
@@ -383,10 +386,10 @@ class AttributeDecision:
             if stage >= 0 and (best < 0 or stage < best):
                 best = stage
         if self.by_probe:
-            for stage, rule in self.by_probe:  # in stage order: the first that holds is the earliest
+            for stage, rule, reads in self.by_probe:  # in stage order: the first that holds is the earliest
                 if best >= 0 and stage >= best:
                     break
-                if rule.probe.holds(attributes):  # type: ignore[union-attr]
+                if not reads.isdisjoint(present) and rule.probe.holds(attributes):  # type: ignore[union-attr]
                     return stage  # a probe rule carries no vetoes
         if (
             best >= 0
