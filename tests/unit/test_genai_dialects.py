@@ -170,19 +170,20 @@ def test_no_value_means_two_stages() -> None:
 
 
 def _documented_table() -> dict[tuple[str, str], set[str]]:
-    """(stage, key) -> values of the built-in matcher table in docs/budget-file.md."""
+    """(stage, key) -> values of the built-in matcher tables in docs/budget-file.md (dialects, general conventions)."""
     text = (REPO / "docs" / "budget-file.md").read_text(encoding="utf-8")
-    section = text.split("**Built-in GenAI matchers.**", 1)[1].split("\n\n", 2)[1]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
     table: dict[tuple[str, str], set[str]] = {}
-    for line in lines[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        stage = cells[0].strip("`")
-        for key, cell in zip(header[1:], cells[1:], strict=True):
-            values = set(re.findall(r"`([^`]+)`", cell))
-            if values:
-                table[(stage, key)] = values
+    for title in ("**Built-in GenAI matchers.**", "**General conventions, below the dialects.**"):
+        section = text.split(title, 1)[1].split("\n\n", 2)[1]
+        lines = [line for line in section.splitlines() if line.startswith("|")]
+        header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
+        for line in lines[2:]:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            stage = cells[0].strip("`")
+            for key, cell in zip(header[1:], cells[1:], strict=True):
+                values = set(re.findall(r"`([^`]+)`", cell))
+                if values:
+                    table.setdefault((stage, key), set()).update(values)
     return table
 
 
