@@ -149,13 +149,19 @@ def test_every_builtin_rule_is_a_single_attribute_condition_or_a_probe() -> None
         assert rules
         for r in rules:
             if r.probe is None:
-                assert len(r.attributes) == 1 and not r.exists and r.kind is None
+                assert len(r.attributes) == 1
+                assert not r.exists
+                assert r.kind is None
                 assert r.name is None or r.name.pattern.startswith("(?!")
             else:
-                assert not r.attributes and not r.exists and not r.unless
+                assert not r.attributes
+                assert not r.exists
+                assert not r.unless
     config = load_budgets(text=NO_MATCH_RULES)
     decision = config.classifier.prepare("x", SpanKind.CLIENT, "s")
-    assert not isinstance(decision, int) and decision.index is not None and decision.by_probe
+    assert not isinstance(decision, int)
+    assert decision.index is not None
+    assert decision.by_probe
 
 
 def test_no_value_means_two_stages() -> None:

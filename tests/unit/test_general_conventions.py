@@ -60,7 +60,7 @@ def _stage(p: Pipeline, name: str) -> object:
 
 
 def test_qdrant_searches_are_retrieval_and_its_writes_are_not() -> None:
-    """opentelemetry-instrumentation-qdrant (OpenLLMetry 0.4x, wrapper.py): CLIENT spans `qdrant.{method}`, `db.system` `Qdrant`.
+    """OpenLLMetry's opentelemetry-instrumentation-qdrant (wrapper.py): CLIENT `qdrant.{method}`, `db.system` `Qdrant`.
 
     A search and a query (which adds `db.vector.query.top_k`) are two retrievals; an upsert in the
     same request is a write, in no stage.
@@ -80,7 +80,7 @@ def test_qdrant_searches_are_retrieval_and_its_writes_are_not() -> None:
 
 
 def test_chroma_query_is_one_retrieval_with_its_segment_query_inside() -> None:
-    """opentelemetry-instrumentation-chromadb (OpenLLMetry): `chroma.query` > `chroma.query.segment._query`, `db.system` `chroma`.
+    """OpenLLMetry's opentelemetry-instrumentation-chromadb: `chroma.query` > `chroma.query.segment._query`.
 
     The inner segment query is part of the outer call (one call); `chroma.add` is a write.
     """
@@ -117,7 +117,7 @@ def test_vector_database_operations_by_system_and_span_name(name: str, system: s
 
 
 def test_database_semconv_system_name_of_a_vector_database_is_retrieval() -> None:
-    """The current database conventions (`db.system.name`, span `{db.operation.name} {collection}`): a search is retrieval."""
+    """The current database conventions (`db.system.name`, span `{operation} {collection}`): a search is retrieval."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0, kind=SpanKind.SERVER)
     search = {"db.system.name": "qdrant", "db.operation.name": "search", "db.collection.name": "docs"}

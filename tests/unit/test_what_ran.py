@@ -30,7 +30,11 @@ def _span(
 ) -> trace.Span:
     context = trace.set_span_in_context(parent) if parent is not None else None
     span = p.provider.get_tracer("test").start_span(
-        name, context=context, attributes=attributes, start_time=at(start), kind=kind  # type: ignore[arg-type]
+        name,
+        context=context,
+        attributes=attributes,
+        start_time=at(start),
+        kind=kind,  # type: ignore[arg-type]
     )
     if end >= 0:
         span.end(end_time=at(end))
@@ -84,13 +88,15 @@ def _openinference_chat(output_tokens: int) -> dict[str, object]:
 
 
 def test_the_sdks_own_span_beside_openllmetrys_counts_each_call_once() -> None:
-    """Five calls, each with the SDK's `chat` and OpenLLMetry's `anthropic.chat` side by side: five, no `calls` violation."""
+    """Five calls, each with the SDK's `chat` and OpenLLMetry's `anthropic.chat` beside it: five, no violation."""
     p = pipeline("version: 1\nstages:\n  model_call: {budget_ms: 60000, max_calls: 5}\n")
     root = p.start("request", 0)
     for i in range(5):
         start = 10 + 100 * i
         _span(p, f"chat {i}", start, start + 80, root, _sdk_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT)
-        _span(p, "anthropic.chat", start + 0.2, start + 80.3, root, _openllmetry_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT)
+        _span(
+            p, "anthropic.chat", start + 0.2, start + 80.3, root, _openllmetry_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT
+        )
     root.end(end_time=at(600))
     attributes = _root_attributes(p)
     assert attributes[attr.stage_key("model_call", "count")] == 5
@@ -99,7 +105,7 @@ def test_the_sdks_own_span_beside_openllmetrys_counts_each_call_once() -> None:
 
 
 def test_openinference_beside_the_sdk_counts_once_though_its_prompt_tokens_differ() -> None:
-    """OpenInference's `Messages` beside the SDK's `chat`: same model and output tokens, prompt tokens spelt with the cache."""
+    """OpenInference's `Messages` beside the SDK's `chat`: same model and output, prompt tokens counted otherwise."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     _span(p, "chat claude-sonnet-4-5", 10, 90, root, _sdk_chat("msg_1", 41), SpanKind.CLIENT)
@@ -146,7 +152,7 @@ def test_two_http_calls_without_a_genai_span_are_two_calls() -> None:
 
 
 def test_a_root_holding_agent_and_tool_spans_but_no_model_span_is_a_request() -> None:
-    """CrewAI with only its OpenInference instrumentation: an INTERNAL root, AGENT and TOOL spans, no LLM span: judged."""
+    """CrewAI with only its OpenInference instrumentation: INTERNAL root, AGENT and TOOL spans, no LLM: judged."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("crew", 0, kind=SpanKind.INTERNAL)
     agent = _span(p, "Researcher._execute_core", 5, -1, root, {"openinference.span.kind": "AGENT"})
@@ -157,7 +163,7 @@ def test_a_root_holding_agent_and_tool_spans_but_no_model_span_is_a_request() ->
 
 
 def test_a_root_holding_only_an_agent_invocation_is_a_request() -> None:
-    """AutoGen's own tracer under an app span: `invoke_agent` (its model client uninstrumented) makes the root a request."""
+    """AutoGen's own tracer under an app span: `invoke_agent` (model client uninstrumented) makes it a request."""
     p = pipeline("version: 1\ntotal_ms: 50\n")
     root = p.start("handle", 0, kind=SpanKind.INTERNAL)
     _span(p, "invoke_agent assistant", 5, 95, root, {"gen_ai.operation.name": "invoke_agent"})
@@ -180,12 +186,14 @@ def test_start_up_work_stays_unjudged() -> None:
 
 
 def test_dspy_react_finish_with_no_arguments_is_no_tool_call() -> None:
-    """DSPy ReAct's `finish` (no arguments), traced as a TOOL span by openinference-instrumentation-dspy: not counted."""
+    """DSPy ReAct's `finish` (no arguments), a TOOL span of openinference-instrumentation-dspy: not counted."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     tool = {"openinference.span.kind": "TOOL", "tool.name": "search", "input.value": '{"query": "x"}'}
     _span(p, "Tool.search", 10, 40, root, tool)
-    _span(p, "Tool.finish", 50, 51, root, {"openinference.span.kind": "TOOL", "tool.name": "finish", "input.value": "{}"})
+    _span(
+        p, "Tool.finish", 50, 51, root, {"openinference.span.kind": "TOOL", "tool.name": "finish", "input.value": "{}"}
+    )
     root.end(end_time=at(60))
     assert _count(p, "tool_calls") == 1
 
@@ -194,14 +202,18 @@ def test_a_tool_of_yours_named_finish_with_arguments_still_counts() -> None:
     """A `finish` tool that takes arguments did work: it counts."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    finish = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "finish", "gen_ai.tool.call.arguments": '{"order": 7}'}
+    finish = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "finish",
+        "gen_ai.tool.call.arguments": '{"order": 7}',
+    }
     _span(p, "execute_tool finish", 10, 40, root, finish)
     root.end(end_time=at(60))
     assert _count(p, "tool_calls") == 1
 
 
 def test_handoffs_are_no_tool_calls() -> None:
-    """OpenAI Agents SDK with OpenInference (`handoff to Billing`, TOOL) and a LangGraph supervisor's `transfer_to_math`."""
+    """The Agents SDK with OpenInference (`handoff to Billing`, TOOL), a LangGraph supervisor's `transfer_to_math`."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     _span(p, "handoff to Billing", 10, 10.5, root, {"openinference.span.kind": "TOOL"})
@@ -213,7 +225,7 @@ def test_handoffs_are_no_tool_calls() -> None:
 
 
 def test_a_delegated_agents_tools_count_once_each_under_the_delegation() -> None:
-    """CrewAI's `Delegate work to coworker` runs the coworker, whose two tools ran: two tool calls, not one and not three."""
+    """CrewAI's `Delegate work to coworker` runs the coworker, whose two tools ran: two tool calls, not one or three."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     delegate = {"openinference.span.kind": "TOOL", "tool.name": "Delegate work to coworker"}
@@ -230,7 +242,7 @@ def test_a_delegated_agents_tools_count_once_each_under_the_delegation() -> None
 
 
 def test_team_members_tools_beside_the_delegation_count_once_each() -> None:
-    """A team whose member hangs off the team span, not the delegation tool: the member's tool counts, the delegation not."""
+    """A member hanging off the team span, not the delegation tool: the member's tool counts, the delegation not."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     delegate = {"openinference.span.kind": "TOOL", "tool.name": "Delegate work to coworker"}

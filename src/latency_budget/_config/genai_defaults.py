@@ -126,8 +126,8 @@ MODEL_HOSTS_ENV = "LATENCY_BUDGET_MODEL_HOSTS"
 def _hosts_from_env() -> tuple[str, ...]:
     """Hosts (or host globs) named in LATENCY_BUDGET_MODEL_HOSTS, comma-separated; a bad glob logs and is skipped."""
     hosts: list[str] = []
-    for host in os.environ.get(MODEL_HOSTS_ENV, "").split(","):
-        host = host.strip().lower()
+    for listed in os.environ.get(MODEL_HOSTS_ENV, "").split(","):
+        host = listed.strip().lower()
         if not host:
             continue
         try:
@@ -169,7 +169,9 @@ PROVIDER_APIS: tuple[ProviderApi, ...] = (
         _OPENAI_ROUTES,
     ),
     ProviderApi(
-        "Cohere", ("api.cohere.com", "api.cohere.ai"), {"model_call": ("/v2/chat", "/v1/chat"), "retrieval": ("/v2/embed", "/v1/embed", "/v2/rerank", "/v1/rerank")}
+        "Cohere",
+        ("api.cohere.com", "api.cohere.ai"),
+        {"model_call": ("/v2/chat", "/v1/chat"), "retrieval": ("/v2/embed", "/v1/embed", "/v2/rerank", "/v1/rerank")},
     ),
     # LLM proxies (LiteLLM's, vLLM's, Ollama's OpenAI-compatible server...) and gateways, on any
     # host: only the versioned paths, which an application's own API seldom copies.
@@ -500,11 +502,39 @@ DIALECTS: tuple[Dialect, ...] = (
         # retrieval; a write, told by its span name, is none (indexing a corpus is start-up work).
         "vector databases: the database semantic conventions (OpenLLMetry's vector-database instrumentations)",
         "db.system",
-        {"retrieval": ("Qdrant", "qdrant", "Pinecone", "pinecone", "chroma", "chromadb", "milvus", "weaviate",
-                       "lancedb", "marqo", "Azure AI Search")},
-        not_names=("*upsert*", "*insert*", "*.add", "add *", "*add_*", "*upload*", "*delete*", "*update*",
-                   "*modify*", "*create*", "*set_payload*", "*overwrite*", "*replace*", "*drop*", "*merge*",
-                   "*index_documents*"),
+        {
+            "retrieval": (
+                "Qdrant",
+                "qdrant",
+                "Pinecone",
+                "pinecone",
+                "chroma",
+                "chromadb",
+                "milvus",
+                "weaviate",
+                "lancedb",
+                "marqo",
+                "Azure AI Search",
+            )
+        },
+        not_names=(
+            "*upsert*",
+            "*insert*",
+            "*.add",
+            "add *",
+            "*add_*",
+            "*upload*",
+            "*delete*",
+            "*update*",
+            "*modify*",
+            "*create*",
+            "*set_payload*",
+            "*overwrite*",
+            "*replace*",
+            "*drop*",
+            "*merge*",
+            "*index_documents*",
+        ),
         evidence="source",
         evidence_class="database semconv",
         call_keys=CallKeys(data_source=("db.collection.name",)),
@@ -514,9 +544,24 @@ DIALECTS: tuple[Dialect, ...] = (
         "vector databases: the database semantic conventions (current names)",
         "db.system.name",
         {"retrieval": ("qdrant", "pinecone", "chroma", "chromadb", "milvus", "weaviate", "lancedb", "marqo")},
-        not_names=("*upsert*", "*insert*", "*.add", "add *", "*add_*", "*upload*", "*delete*", "*update*",
-                   "*modify*", "*create*", "*set_payload*", "*overwrite*", "*replace*", "*drop*", "*merge*",
-                   "*index_documents*"),
+        not_names=(
+            "*upsert*",
+            "*insert*",
+            "*.add",
+            "add *",
+            "*add_*",
+            "*upload*",
+            "*delete*",
+            "*update*",
+            "*modify*",
+            "*create*",
+            "*set_payload*",
+            "*overwrite*",
+            "*replace*",
+            "*drop*",
+            "*merge*",
+            "*index_documents*",
+        ),
         evidence="source",
         evidence_class="database semconv",
     ),
@@ -629,7 +674,9 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
         for stage, endings in dialect.endings.items():
             probes[stage].append(MatchRule(probe=ValueEndings(dialect.key, endings)))
         for stage in BUILTIN_STAGES:
-            routes = tuple((host, api.stages[stage]) for api in dialect.routes if stage in api.stages for host in api.hosts)
+            routes = tuple(
+                (host, api.stages[stage]) for api in dialect.routes if stage in api.stages for host in api.hosts
+            )
             if routes:
                 probes[stage].append(MatchRule(kind=SpanKind.CLIENT, probe=UrlMatch(routes)))
     unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls if entry.scope is None)
@@ -686,6 +733,7 @@ GENERATION_VALUES: tuple[tuple[str, frozenset[str]], ...] = tuple(
     if dialect.call_keys.generation
 )
 
+
 @dataclass(frozen=True, slots=True)
 class StopOrHandoff:
     """A tool-call span that is an agent framework's bookkeeping, not a tool that ran.
@@ -712,39 +760,59 @@ class StopOrHandoff:
 # the calls they hold count as if they were not there (a delegated agent's tools, one each).
 STOP_AND_HANDOFF: tuple[StopOrHandoff, ...] = (
     StopOrHandoff(
-        "DSPy ReAct", "stop", "finish", "dspy/predict/react.py: ReAct adds a `finish` tool with no arguments, which "
-        "the model calls to end the loop", empty_arguments=True,
+        "DSPy ReAct",
+        "stop",
+        "finish",
+        "dspy/predict/react.py: ReAct adds a `finish` tool with no arguments, which the model calls to end the loop",
+        empty_arguments=True,
     ),
     StopOrHandoff(
-        "smolagents", "stop", "final_answer", "smolagents/default_tools.py: FinalAnswerTool (`final_answer`), the "
+        "smolagents",
+        "stop",
+        "final_answer",
+        "smolagents/default_tools.py: FinalAnswerTool (`final_answer`), the "
         "call that ends a ToolCallingAgent's or CodeAgent's loop with the answer",
     ),
     StopOrHandoff(
-        "OpenAI Agents SDK, LangGraph supervisor and swarm, AutoGen AgentChat Swarm, Google ADK", "handoff",
-        "transfer_to_", "agents/handoffs (Handoff.default_tool_name: transfer_to_{agent}); langgraph-supervisor "
+        "OpenAI Agents SDK, LangGraph supervisor and swarm, AutoGen AgentChat Swarm, Google ADK",
+        "handoff",
+        "transfer_to_",
+        "agents/handoffs (Handoff.default_tool_name: transfer_to_{agent}); langgraph-supervisor "
         "handoff.py (create_handoff_tool: transfer_to_{agent}); autogen_agentchat.base.Handoff (transfer_to_{target}); "
-        "google.adk.tools.transfer_to_agent_tool (`transfer_to_agent`)", prefix=True,
+        "google.adk.tools.transfer_to_agent_tool (`transfer_to_agent`)",
+        prefix=True,
     ),
     StopOrHandoff(
-        "LangGraph supervisor", "handoff", "transfer_back_to_", "langgraph-supervisor handoff.py "
-        "(create_handoff_back_messages: transfer_back_to_{supervisor})", prefix=True,
+        "LangGraph supervisor",
+        "handoff",
+        "transfer_back_to_",
+        "langgraph-supervisor handoff.py (create_handoff_back_messages: transfer_back_to_{supervisor})",
+        prefix=True,
     ),
     StopOrHandoff(
-        "OpenAI Agents SDK + openinference-instrumentation-openai-agents", "handoff", "handoff to ",
+        "OpenAI Agents SDK + openinference-instrumentation-openai-agents",
+        "handoff",
+        "handoff to ",
         "openinference openai_agents/_processor.py: a HandoffSpanData span is `handoff to {agent}`, kind TOOL",
         prefix=True,
     ),
     StopOrHandoff(
-        "Strands Agents Swarm", "handoff", "handoff_to_agent", "strands/multiagent/swarm.py: the swarm's "
-        "coordination tool `handoff_to_agent`",
+        "Strands Agents Swarm",
+        "handoff",
+        "handoff_to_agent",
+        "strands/multiagent/swarm.py: the swarm's coordination tool `handoff_to_agent`",
     ),
     StopOrHandoff(
-        "CrewAI", "delegation", "Delegate work to coworker", "crewai/tools/agent_tools/delegate_work_tool.py: the "
-        "coworker agent runs inside the tool",
+        "CrewAI",
+        "delegation",
+        "Delegate work to coworker",
+        "crewai/tools/agent_tools/delegate_work_tool.py: the coworker agent runs inside the tool",
     ),
     StopOrHandoff(
-        "CrewAI", "delegation", "Ask question to coworker", "crewai/tools/agent_tools/ask_question_tool.py: the "
-        "coworker agent runs inside the tool",
+        "CrewAI",
+        "delegation",
+        "Ask question to coworker",
+        "crewai/tools/agent_tools/ask_question_tool.py: the coworker agent runs inside the tool",
     ),
 )
 

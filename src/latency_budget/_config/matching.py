@@ -21,8 +21,8 @@ __all__ = [
     "AttributeDecision",
     "GlobError",
     "MatchRule",
-    "StageClassifier",
     "Probe",
+    "StageClassifier",
     "UrlMatch",
     "ValueEndings",
     "compile_glob",
@@ -99,7 +99,7 @@ class ValueEndings:
 
     def holds(self, attributes: Mapping[str, object]) -> bool:
         value = attributes.get(self.key)
-        return value.__class__ is str and value.endswith(self.endings)  # type: ignore[union-attr]
+        return value.__class__ is str and value.endswith(self.endings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,17 +148,15 @@ class UrlMatch:
             return False
         if url.__class__ is not str:
             return False
-        _, separator, rest = url.partition("://")  # type: ignore[attr-defined]
+        _, separator, rest = url.partition("://")
         if not separator:
             return False
         slash = rest.find("/")
         if slash < 0:
             return False
         host = rest[:slash].rpartition("@")[2]
-        if host.startswith("["):  # an IPv6 literal: never a named provider, still a route of any host
-            host = host[: host.find("]") + 1]
-        else:
-            host = host.partition(":")[0]
+        # An IPv6 literal keeps its brackets (never a named provider, still a route of any host).
+        host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
         path = rest[slash:]
         for mark in ("?", "#"):
             cut = path.find(mark)

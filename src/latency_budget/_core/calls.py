@@ -144,15 +144,17 @@ def call_facts(attributes: Mapping[str, object]) -> Facts:
         if value.__class__ is str and value:
             target = value
             break
-    return target, tuple(_first_of(get, keys) for keys in _DECISIVE_KEYS), tuple(
-        _first_of(get, keys) for keys in _SUPPORTING_KEYS
+    return (
+        target,
+        tuple(_first_of(get, keys) for keys in _DECISIVE_KEYS),
+        tuple(_first_of(get, keys) for keys in _SUPPORTING_KEYS),
     )
 
 
 def _first_of(get: Callable[[str], object], keys: tuple[str, ...]) -> object:
     for key in keys:
         value = get(key)
-        if value is not None and (value.__class__ is not int or value >= 0):  # type: ignore[operator]
+        if value is not None and (value.__class__ is not int or value >= 0):
             return value
     return None
 
@@ -195,6 +197,14 @@ def same_operation(a: tuple[int, int, Facts], b: tuple[int, int, Facts]) -> bool
     return agreed
 
 
+def _find(parent: dict[int, int], i: int) -> int:
+    """The root of ``i``'s group (union-find, halving the path)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
 def repeated_operations(
     root_id: int, spans: Sequence[RecordedSpan], skip: Collection[int], attributes: Mapping[int, Mapping[str, object]]
 ) -> set[int]:
@@ -218,12 +228,6 @@ def repeated_operations(
         parent = {i: i for i in positions}
         order = {i: rank for rank, i in enumerate(positions)}
 
-        def find(i: int) -> int:
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
         facts: dict[int, tuple[int, int, Facts]] = {}
         active: list[int] = []
         for i in positions:
@@ -234,13 +238,13 @@ def repeated_operations(
             active = [j for j in active if spans[j][3] >= start]
             for j in active:
                 if same_operation(facts[j], mine):
-                    first, second = find(j), find(i)
+                    first, second = _find(parent, j), _find(parent, i)
                     if order[second] < order[first]:
                         first, second = second, first
                     parent[second] = first  # a group's root is its earliest span
             active.append(i)
         for i in positions:  # in order: the first of each group is its root's representative
-            if find(i) != i:
+            if _find(parent, i) != i:
                 repeated.add(i)
     return repeated
 
@@ -261,7 +265,7 @@ def tool_name_of(name: str, attributes: Mapping[str, object]) -> str:
     for key in _TOOL_NAME_KEYS:
         value = attributes.get(key)
         if value.__class__ is str and value:
-            return value  # type: ignore[return-value]
+            return value
     if name.startswith("execute_tool "):
         return name[len("execute_tool ") :]
     return name.removesuffix(".tool")
@@ -279,7 +283,7 @@ def stop_or_handoff(name: str, attributes: Mapping[str, object]) -> StopOrHandof
         for key in _ARGUMENT_KEYS:
             value = attributes.get(key)
             if value is not None:
-                if value.__class__ is not str or "".join(value.split()) not in _EMPTY_ARGUMENTS:  # type: ignore[attr-defined]
+                if value.__class__ is not str or "".join(value.split()) not in _EMPTY_ARGUMENTS:
                     return None
                 break
     return row
