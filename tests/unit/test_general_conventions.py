@@ -8,12 +8,15 @@ rules, and checks stages, counts and which roots are judged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from latency_budget import _attributes as attr
+from latency_budget._config.genai_defaults import DIALECTS, EVIDENCE_CLASSES, MODEL_HOSTS_ENV, _hosts_from_env
+from latency_budget._config.matching import UrlMatch
 
 from .helpers import Pipeline, at, pipeline
 
@@ -288,3 +291,26 @@ def test_haystack_integration_components_are_staged_by_their_class_name(componen
     _span(p, "haystack.component.run", 5, 15, root, keys, scope="haystack")
     root.end(end_time=at(20))
     assert _stage(p, "haystack.component.run") == stage
+
+
+def test_model_hosts_from_the_environment_take_the_openai_routes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LATENCY_BUDGET_MODEL_HOSTS names a gateway's hosts (globs too); a bad glob is skipped, not fatal."""
+    monkeypatch.setenv(MODEL_HOSTS_ENV, " LLM.internal , *.gw.example ,[bad, ")
+    hosts = _hosts_from_env()
+    assert hosts == ("llm.internal", "*.gw.example")
+    match = UrlMatch(tuple((host, ("/chat/completions",)) for host in hosts))
+    assert match.holds({"http.method": "POST", "http.url": "https://llm.internal:8443/openai/chat/completions"})
+    assert match.holds({"http.request.method": "POST", "url.full": "https://eu.gw.example/x/chat/completions"})
+    assert not match.holds({"http.method": "POST", "http.url": "https://other.example/x/chat/completions"})
+    assert not match.holds({"http.method": "POST", "http.url": ["https://llm.internal/chat/completions"]})
+
+
+def test_every_dialect_row_says_its_evidence_class() -> None:
+    """Each row of DIALECTS names one evidence class, and so does each row of the README's dialect table."""
+    assert all(dialect.evidence_class in EVIDENCE_CLASSES for dialect in DIALECTS)
+    assert {"database semconv", "MCP semconv", "HTTP client"} <= {dialect.evidence_class for dialect in DIALECTS}
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Dialects: what each framework emits", 1)[1].split("**Which frameworks.**", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")][1:]
+    assert rows
+    assert [row for row in rows if "evidence class:" not in row.rsplit("|", 2)[1]] == []
