@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 NO_MATCH_RULES = "version: 1\ntotal_ms: 60000\n"
 
 ROWS = [(d.key, value, stage) for d in DIALECTS for value, stage in d.values.items()]
+# A span name each row holds on (a row restricted to some names: its first glob, written out).
+NAME_OF = {(d.key, value): d.names[0].replace("*", "x") if d.names else "call" for d in DIALECTS for value in d.values}
 LEFT_OUT = [(d.key, value) for d in DIALECTS for value in d.not_stages]
 
 
@@ -39,9 +41,10 @@ def test_each_row_puts_a_span_in_its_stage(key: str, value: str, stage: str) -> 
     """A span whose start attributes hold a row's key and value is labelled with the row's stage and counted."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    p.run("call", 10, 20, parent=root, attributes={key: value})
+    name = NAME_OF[(key, value)]
+    p.run(name, 10, 20, parent=root, attributes={key: value})
     root.end(end_time=at(30))
-    assert (p.span("call").attributes or {})[attr.STAGE] == stage
+    assert (p.span(name).attributes or {})[attr.STAGE] == stage
     assert (p.span("request").attributes or {})[attr.stage_key(stage, "count")] == 1
 
 
@@ -152,16 +155,21 @@ def test_every_builtin_rule_is_a_single_attribute_condition_or_a_probe() -> None
                 assert len(r.attributes) == 1
                 assert not r.exists
                 assert r.kind is None
-                assert r.name is None or r.name.pattern.startswith("(?!")
+                assert r.name is None or r.name.pattern.startswith(("(?!", "(?:"))
             else:
                 assert not r.attributes
                 assert not r.exists
                 assert not r.unless
     config = load_budgets(text=NO_MATCH_RULES)
-    decision = config.classifier.prepare("x", SpanKind.CLIENT, "s")
+    decision = config.classifier.prepare("POST", SpanKind.CLIENT, "s")
     assert not isinstance(decision, int)
     assert decision.index is not None
     assert decision.by_probe
+    other = config.classifier.prepare("GET profile", SpanKind.CLIENT, "s")  # no probe reads its URL
+    assert not isinstance(other, int)
+    assert not other.by_probe
+    assert other.gate is not None
+    assert "url.full" not in other.gate
 
 
 def test_no_value_means_two_stages() -> None:

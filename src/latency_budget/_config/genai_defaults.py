@@ -235,8 +235,10 @@ class Dialect:
     evidence: Literal["tested", "source"] = "tested"
     # Where the vocabulary writes a call's model, tokens, arguments... (the latency levers).
     call_keys: CallKeys = CallKeys()
-    # Globs of span names on which the row does not hold (a vector database's writes are
-    # no retrieval): settled once per span name, never per span.
+    # Globs of span names on which alone the row holds (empty: any name), and of span names
+    # on which it does not (a vector database's writes are no retrieval): settled once per
+    # span name, never per span, so a span of another name never reads the row's key.
+    names: tuple[str, ...] = ()
     not_names: tuple[str, ...] = ()
     # For the HTTP client row: the provider APIs whose URLs put a client span in a stage
     # (``key`` is then the URL key, and ``stages`` is empty).
@@ -266,6 +268,52 @@ class Dialect:
         object.__setattr__(self, "endings", MappingProxyType(dict(self.endings)))
         object.__setattr__(self, "stages", MappingProxyType(dict(self.stages)))
         object.__setattr__(self, "values", MappingProxyType(values))
+
+
+# The span names of OpenLLMetry's vector-database instrumentations ({vendor}.{method}; Weaviate's
+# db.weaviate.{object}.{method}; Azure AI Search's azure_search.{method}), the read operations
+# the current database conventions put first in a name ({db.operation.name} {collection}), and
+# the writes (indexing a corpus is start-up work, not retrieval).
+_VECTOR_NAMES: tuple[str, ...] = (
+    "qdrant.*",
+    "pinecone.*",
+    "chroma.*",
+    "milvus.*",
+    "lancedb.*",
+    "marqo.*",
+    "db.weaviate.*",
+    "azure_search.*",
+    "azure.search.*",
+)
+_VECTOR_OPERATIONS: tuple[str, ...] = (
+    "search *",
+    "query *",
+    "query_points *",
+    "hybrid_search *",
+    "similarity_search *",
+    "recommend *",
+    "discover *",
+    "scroll *",
+    "fetch *",
+)
+_VECTOR_WRITES: tuple[str, ...] = (
+    "*upsert*",
+    "*insert*",
+    "*.add",
+    "add *",
+    "*add_*",
+    "*upload*",
+    "*delete*",
+    "*update*",
+    "*modify*",
+    "*create*",
+    "*set_payload*",
+    "*overwrite*",
+    "*replace*",
+    "*drop*",
+    "*merge*",
+    "*index_documents*",
+)
 
 
 DIALECTS: tuple[Dialect, ...] = (
@@ -477,6 +525,7 @@ DIALECTS: tuple[Dialect, ...] = (
         # QdrantEmbeddingRetriever, mistral-haystack's MistralChatGenerator...): the listed values
         # above are the ones tested; these endings stage the rest.
         endings={"model_call": ("Generator",), "retrieval": ("Retriever", "Embedder", "Ranker")},
+        names=("haystack.component.run",),
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
         evidence_class="framework's own keys",
     ),
@@ -517,24 +566,8 @@ DIALECTS: tuple[Dialect, ...] = (
                 "Azure AI Search",
             )
         },
-        not_names=(
-            "*upsert*",
-            "*insert*",
-            "*.add",
-            "add *",
-            "*add_*",
-            "*upload*",
-            "*delete*",
-            "*update*",
-            "*modify*",
-            "*create*",
-            "*set_payload*",
-            "*overwrite*",
-            "*replace*",
-            "*drop*",
-            "*merge*",
-            "*index_documents*",
-        ),
+        names=_VECTOR_NAMES,
+        not_names=_VECTOR_WRITES,
         evidence="source",
         evidence_class="database semconv",
         call_keys=CallKeys(data_source=("db.collection.name",)),
@@ -544,24 +577,8 @@ DIALECTS: tuple[Dialect, ...] = (
         "vector databases: the database semantic conventions (current names)",
         "db.system.name",
         {"retrieval": ("qdrant", "pinecone", "chroma", "chromadb", "milvus", "weaviate", "lancedb", "marqo")},
-        not_names=(
-            "*upsert*",
-            "*insert*",
-            "*.add",
-            "add *",
-            "*add_*",
-            "*upload*",
-            "*delete*",
-            "*update*",
-            "*modify*",
-            "*create*",
-            "*set_payload*",
-            "*overwrite*",
-            "*replace*",
-            "*drop*",
-            "*merge*",
-            "*index_documents*",
-        ),
+        names=_VECTOR_OPERATIONS,
+        not_names=_VECTOR_WRITES,
         evidence="source",
         evidence_class="database semconv",
     ),
@@ -599,6 +616,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "url.full",
         {},
         routes=PROVIDER_APIS,
+        names=("POST", "POST *", "HTTP POST", "HTTP POST *"),  # the HTTP conventions' client span names
         evidence="source",
         evidence_class="HTTP client",
     ),
@@ -662,7 +680,9 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
 
     Every rule carries the same vetoes, from ``not_calls``.
     """
-    by_stage: dict[str, dict[tuple[str, tuple[str, ...]], list[str]]] = {stage: {} for stage in BUILTIN_STAGES}
+    by_stage: dict[str, dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]]] = {
+        stage: {} for stage in BUILTIN_STAGES
+    }
     probes: dict[str, list[MatchRule]] = {stage: [] for stage in BUILTIN_STAGES}
     owner: dict[tuple[str, str], str] = {}
     for dialect in dialects:
@@ -670,15 +690,16 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
             other = owner.setdefault((dialect.key, value), stage)
             if other != stage:
                 raise ValueError(f"{dialect.key}={value!r} is both {other} and {stage}")
-            by_stage[stage].setdefault((dialect.key, dialect.not_names), []).append(value)
+            by_stage[stage].setdefault((dialect.key, dialect.names, dialect.not_names), []).append(value)
+        named = _name_pattern(dialect.names, dialect.not_names)
         for stage, endings in dialect.endings.items():
-            probes[stage].append(MatchRule(probe=ValueEndings(dialect.key, endings)))
+            probes[stage].append(MatchRule(name=named, probe=ValueEndings(dialect.key, endings)))
         for stage in BUILTIN_STAGES:
             routes = tuple(
                 (host, api.stages[stage]) for api in dialect.routes if stage in api.stages for host in api.hosts
             )
             if routes:
-                probes[stage].append(MatchRule(kind=SpanKind.CLIENT, probe=UrlMatch(routes)))
+                probes[stage].append(MatchRule(name=named, kind=SpanKind.CLIENT, probe=UrlMatch(routes)))
     unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls if entry.scope is None)
     scoped = tuple(
         (compile_glob(entry.scope), ((entry.key, exact_values(entry.values)),))
@@ -689,12 +710,12 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
         stage: (
             *(
                 MatchRule(
-                    name=_not_named(not_names),
+                    name=_name_pattern(names, not_names),
                     attributes=((key, exact_values(values)),),
                     unless=unless,
                     scoped_unless=scoped,
                 )
-                for (key, not_names), values in keys.items()
+                for (key, names, not_names), values in keys.items()
             ),
             *probes[stage],
         )
@@ -702,11 +723,14 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
     }
 
 
-def _not_named(globs: tuple[str, ...]) -> re.Pattern[str] | None:
-    """A name pattern that matches every span name but those of ``globs`` (None: no condition)."""
-    if not globs:
+def _name_pattern(names: tuple[str, ...], not_names: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A span-name pattern: one of ``names`` (any name when empty) and none of ``not_names``; None for any name."""
+    if not names and not not_names:
         return None
-    return re.compile("(?!" + "|".join(compile_glob(glob).pattern for glob in globs) + ")")
+    pattern = "(?!" + "|".join(compile_glob(glob).pattern for glob in not_names) + ")" if not_names else ""
+    if names:
+        pattern += "(?:" + "|".join(compile_glob(glob).pattern for glob in names) + ")"
+    return re.compile(pattern)
 
 
 _BUILTIN = _compile(DIALECTS, NOT_CALLS)

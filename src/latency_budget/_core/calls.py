@@ -197,6 +197,21 @@ def same_operation(a: tuple[int, int, Facts], b: tuple[int, int, Facts]) -> bool
     return agreed
 
 
+def _facts(
+    facts: dict[int, tuple[int, int, Facts]],
+    spans: Sequence[RecordedSpan],
+    attributes: Mapping[int, Mapping[str, object]],
+    index: int,
+) -> tuple[int, int, Facts]:
+    """``spans[index]``'s times and call facts, read once (memoised in ``facts``)."""
+    found = facts.get(index)
+    if found is None:
+        span_id, _, start, end, _ = spans[index]
+        recorded = attributes.get(span_id)
+        found = facts[index] = (start, end, call_facts(recorded) if recorded is not None else (None, (), ()))
+    return found
+
+
 def _find(parent: dict[int, int], i: int) -> int:
     """The root of ``i``'s group (union-find, halving the path)."""
     while parent[i] != i:
@@ -206,11 +221,15 @@ def _find(parent: dict[int, int], i: int) -> int:
 
 
 def repeated_operations(
-    root_id: int, spans: Sequence[RecordedSpan], skip: Collection[int], attributes: Mapping[int, Mapping[str, object]]
+    root_id: int,
+    spans: Sequence[RecordedSpan],
+    skip: Collection[int],
+    attributes: Mapping[int, Mapping[str, object]],
+    stages: Collection[int],
 ) -> set[int]:
     """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
 
-    Among the stage spans but the root and those at positions ``skip`` (nested ones),
+    Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
     :func:`same_operation` links pairs of one stage; each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
@@ -218,7 +237,7 @@ def repeated_operations(
     """
     by_stage: dict[int, list[int]] = {}
     for index, span in enumerate(spans):
-        if span[4] >= 0 and span[0] != root_id and index not in skip:
+        if span[4] >= 0 and span[4] in stages and span[0] != root_id and index not in skip:
             by_stage.setdefault(span[4], []).append(index)
     repeated: set[int] = set()
     for positions in by_stage.values():
@@ -228,16 +247,17 @@ def repeated_operations(
         parent = {i: i for i in positions}
         order = {i: rank for rank, i in enumerate(positions)}
 
-        facts: dict[int, tuple[int, int, Facts]] = {}
+        facts: dict[int, tuple[int, int, Facts]] = {}  # read only for spans that overlap enough
         active: list[int] = []
         for i in positions:
-            span_id, _, start, end, _ = spans[i]
-            found = attributes.get(span_id)
-            mine = (start, end, call_facts(found) if found is not None else (None, (), ()))
-            facts[i] = mine
+            _, _, start, end, _ = spans[i]
             active = [j for j in active if spans[j][3] >= start]
             for j in active:
-                if same_operation(facts[j], mine):
+                # Both ways of being one call need this much overlap: read the facts only then.
+                overlap = min(end, spans[j][3]) - start
+                if overlap < 0 or overlap < ALMOST_ENTIRELY * min(end - start, spans[j][3] - spans[j][2]):
+                    continue
+                if same_operation(_facts(facts, spans, attributes, j), _facts(facts, spans, attributes, i)):
                     first, second = _find(parent, j), _find(parent, i)
                     if order[second] < order[first]:
                         first, second = second, first
@@ -273,12 +293,10 @@ def tool_name_of(name: str, attributes: Mapping[str, object]) -> str:
 
 def stop_or_handoff(name: str, attributes: Mapping[str, object]) -> StopOrHandoff | None:
     """The :data:`STOP_AND_HANDOFF` row a tool-call span is, or None for a tool that did work."""
-    tool = tool_name_of(name, attributes)
+    tool = tool_name_of(name, attributes)  # OpenInference's handoff span has no tool name: its span name
     row = _EXACT.get(tool)
     if row is None and tool.startswith(_PREFIX_NAMES):
         row = next(entry for entry in _PREFIXES if tool.startswith(entry.name))
-    if row is None and tool != name:  # OpenInference names a handoff span, not its tool
-        row = _EXACT.get(name) or next((entry for entry in _PREFIXES if name.startswith(entry.name)), None)
     if row is not None and row.empty_arguments:
         for key in _ARGUMENT_KEYS:
             value = attributes.get(key)

@@ -368,7 +368,7 @@ class TraceState:
         nested = nested_calls(self.root_id, spans, repeated)
         # One real operation, one call: two instrumentations' spans of one call side by side.
         attributes = {call[0]: call[5] for call in self.calls[:]}
-        twins = repeated_operations(self.root_id, spans, nested, attributes)
+        twins = repeated_operations(self.root_id, spans, nested, attributes, repeated)
         if twins:
             nested = nested | twins if nested else twins
         self.inner_calls = {spans[index][0] for index in nested} if nested else _NONE
