@@ -252,3 +252,15 @@ def test_team_members_tools_beside_the_delegation_count_once_each() -> None:
     member.end(end_time=at(49))
     root.end(end_time=at(60))
     assert _count(p, "tool_calls") == 1
+
+
+def test_a_wide_fan_out_of_calls_to_one_model_keeps_every_call_and_its_twin() -> None:
+    """300 calls to one model started together (µs apart), each twin right after its call: 300 (comparisons bounded)."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    for i in range(300):
+        start = 10 + i * 0.002
+        _span(p, f"chat {i}", start, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+        _span(p, f"anthropic.chat {i}", start + 0.001, 90, root, _openllmetry_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+    root.end(end_time=at(100))
+    assert _count(p, "model_call") == 300

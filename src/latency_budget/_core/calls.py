@@ -23,6 +23,7 @@ from latency_budget._core.critical_path import RecordedSpan
 
 __all__ = [
     "ALMOST_ENTIRELY",
+    "MAX_TWIN_CANDIDATES",
     "OPERATION_KEYS",
     "bookkeeping_calls",
     "call_facts",
@@ -132,6 +133,9 @@ _SUPPORTING_KEYS: tuple[tuple[str, ...], ...] = (CALL_KEYS.input_tokens, CALL_KE
 ALMOST_ENTIRELY = 0.9
 """Two spans overlap almost entirely when their overlap is at least this share of the longer one."""
 
+MAX_TWIN_CANDIDATES = 16
+"""How many of the latest-started open spans of its stage a span is compared with (a bound, not a rule)."""
+
 Facts = tuple["str | None", tuple[object, ...], tuple[object, ...]]
 
 
@@ -233,7 +237,10 @@ def repeated_operations(
     :func:`same_operation` links pairs of one stage; each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
-    compared (a sweep in start order), so sequential calls cost a sort.
+    compared (a sweep in start order), so sequential calls cost a sort; a span is compared
+    with at most :data:`MAX_TWIN_CANDIDATES` of the latest-started spans still open (more
+    than that many calls of one stage started at once: a twin among the earlier ones is
+    not sought, and counts as a call of its own).
     """
     by_stage: dict[int, list[int]] = {}
     for index, span in enumerate(spans):
@@ -251,7 +258,9 @@ def repeated_operations(
         active: list[int] = []
         for i in positions:
             _, _, start, end, _ = spans[i]
-            active = [j for j in active if spans[j][3] >= start]
+            # Twins start within a hair of each other: each span is compared with the latest
+            # MAX_TWIN_CANDIDATES spans still open, so a fan-out of thousands stays linear.
+            active = [j for j in active[-MAX_TWIN_CANDIDATES:] if spans[j][3] >= start]
             for j in active:
                 # Both ways of being one call need this much overlap: read the facts only then.
                 overlap = min(end, spans[j][3]) - start
