@@ -54,6 +54,7 @@ __all__ = [
     "FIRST_TOKEN_SPELLINGS",
     "GENERATION_VALUES",
     "INVOCATIONS",
+    "INVOCATION_KEYS",
     "MODEL_HOSTS_ENV",
     "MODEL_KEYS",
     "NOT_CALLS",
@@ -1042,12 +1043,13 @@ INVOCATIONS: Mapping[str, frozenset[str]] = _invocations(DIALECTS)
 _REQUEST_KINDS = (SpanKind.SERVER, SpanKind.CONSUMER)
 
 
-_INVOCATION_KEYS = frozenset(INVOCATIONS)
+# The keys of INVOCATIONS: a span with none of them (one set operation) invokes nothing.
+INVOCATION_KEYS: frozenset[str] = frozenset(INVOCATIONS)
 
 
 def invokes(attributes: Mapping[str, object]) -> bool:
     """Whether a span invokes an agent or a workflow (:data:`INVOCATIONS`)."""
-    for key in _INVOCATION_KEYS.intersection(attributes):
+    for key in INVOCATION_KEYS.intersection(attributes):
         value = attributes[key]
         if value.__class__ is str and value in INVOCATIONS[key]:
             return True

@@ -15,7 +15,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
-from latency_budget._config.genai_defaults import REQUEST_STAGES, TOOL_CALLS_ONLY, invokes, plausible_request
+from latency_budget._config.genai_defaults import (
+    INVOCATION_KEYS,
+    REQUEST_STAGES,
+    TOOL_CALLS_ONLY,
+    invokes,
+    plausible_request,
+)
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
 from latency_budget._core.call_facts import Call, RawCall, recorded_calls
@@ -36,6 +42,7 @@ _NONE: frozenset[int] = frozenset()
 # stage span of theirs, streamed or not; other spans' attributes say it, read when the root ends.
 _EVENT_SCOPES = frozenset(row.scope for row in TOOL_CALLS_ONLY if row.event is not None and row.scope is not None)
 Interval = tuple[int, int]
+_NO_INVOCATION = INVOCATION_KEYS.isdisjoint  # bound once: a span with none of the keys invokes nothing
 _TOOL_STAGE = "tool_calls"  # the stage whose bookkeeping spans (STOP_AND_HANDOFF) are left out
 
 
@@ -181,7 +188,7 @@ class TraceState:
         if stage < 0 and ((gate := config.classifier.late_gate) is None or not gate.isdisjoint(attributes)):
             stage = config.classifier.classify(name, kind, scope, attributes)
             # Only a span with a dialect key gets here: one in no stage may invoke an agent.
-            if stage < 0 and not self.invoked and invokes(attributes):
+            if stage < 0 and not self.invoked and not _NO_INVOCATION(attributes) and invokes(attributes):
                 self.invoked = True
         self.referenced = True
         self.last_seen = end
