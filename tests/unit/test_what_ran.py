@@ -27,9 +27,10 @@ def _span(
     parent: trace.Span | None,
     attributes: Mapping[str, object],
     kind: SpanKind = SpanKind.INTERNAL,
+    scope: str = "test",
 ) -> trace.Span:
     context = trace.set_span_in_context(parent) if parent is not None else None
-    span = p.provider.get_tracer("test").start_span(
+    span = p.provider.get_tracer(scope).start_span(
         name,
         context=context,
         attributes=attributes,
@@ -93,7 +94,9 @@ def test_the_sdks_own_span_beside_openllmetrys_counts_each_call_once() -> None:
     root = p.start("request", 0)
     for i in range(5):
         start = 10 + 100 * i
-        _span(p, f"chat {i}", start, start + 80, root, _sdk_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT)
+        _span(
+            p, f"chat {i}", start, start + 80, root, _sdk_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT, scope="anthropic"
+        )
         _span(
             p, "anthropic.chat", start + 0.2, start + 80.3, root, _openllmetry_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT
         )
@@ -108,10 +111,21 @@ def test_openinference_beside_the_sdk_counts_once_though_its_prompt_tokens_diffe
     """OpenInference's `Messages` beside the SDK's `chat`: same model and output, prompt tokens counted otherwise."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    _span(p, "chat claude-sonnet-4-5", 10, 90, root, _sdk_chat("msg_1", 41), SpanKind.CLIENT)
-    _span(p, "Messages", 10.1, 90.2, root, _openinference_chat(41))
+    _span(p, "chat claude-sonnet-4-5", 10, 90, root, _sdk_chat("msg_1", 41), SpanKind.CLIENT, scope="anthropic")
+    _span(p, "Messages", 10.1, 90.2, root, _openinference_chat(41), scope="openinference.instrumentation.anthropic")
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
+
+
+def test_one_instrumentations_identical_concurrent_calls_stay_calls() -> None:
+    """Three identical tool calls at once from one instrumentation (one scope) are three: it never writes one twice."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.arguments": "{}"}
+    for i in range(3):
+        _span(p, f"execute_tool lookup {i}", 10, 90, root, tool)
+    root.end(end_time=at(100))
+    assert _count(p, "tool_calls") == 3
 
 
 def test_two_parallel_calls_to_one_model_stay_two() -> None:
@@ -119,8 +133,17 @@ def test_two_parallel_calls_to_one_model_stay_two() -> None:
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     for i in range(2):
-        _span(p, f"chat {i}", 10, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT)
-        _span(p, f"anthropic.chat {i}", 10, 90, root, _openllmetry_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+        _span(p, f"chat {i}", 10, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT, scope="anthropic")
+        _span(
+            p,
+            f"anthropic.chat {i}",
+            10,
+            90,
+            root,
+            _openllmetry_chat(f"msg_{i}", 40),
+            SpanKind.CLIENT,
+            scope="opentelemetry.instrumentation.anthropic",
+        )
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 2
 
@@ -130,9 +153,9 @@ def test_an_http_span_beside_a_genai_span_is_covered_by_it() -> None:
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     run = {"langsmith.span.kind": "llm", "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
-    _span(p, "ChatOpenAI", 10, 95, root, run)
+    _span(p, "ChatOpenAI", 10, 95, root, run, scope="langsmith")
     post = {"http.method": "POST", "http.url": "https://api.openai.com/v1/chat/completions"}
-    _span(p, "POST", 12, 94, root, post, SpanKind.CLIENT)
+    _span(p, "POST", 12, 94, root, post, SpanKind.CLIENT, scope="opentelemetry.instrumentation.requests")
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
 
@@ -260,7 +283,16 @@ def test_a_wide_fan_out_of_calls_to_one_model_keeps_every_call_and_its_twin() ->
     root = p.start("request", 0)
     for i in range(300):
         start = 10 + i * 0.002
-        _span(p, f"chat {i}", start, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT)
-        _span(p, f"anthropic.chat {i}", start + 0.001, 90, root, _openllmetry_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+        _span(p, f"chat {i}", start, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT, scope="anthropic")
+        _span(
+            p,
+            f"anthropic.chat {i}",
+            start + 0.001,
+            90,
+            root,
+            _openllmetry_chat(f"msg_{i}", 40),
+            SpanKind.CLIENT,
+            scope="opentelemetry.instrumentation.anthropic",
+        )
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 300

@@ -230,11 +230,14 @@ def repeated_operations(
     skip: Collection[int],
     attributes: Mapping[int, Mapping[str, object]],
     stages: Collection[int],
+    scopes: Mapping[int, str],
 ) -> set[int]:
     """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
 
     Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
-    :func:`same_operation` links pairs of one stage; each linked group is one call, kept at
+    :func:`same_operation` links pairs of one stage written by two instrumentations (two
+    instrumentation scopes, ``scopes`` by span id: one instrumentation never writes one call
+    twice, so two identical calls of one client stay two); each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
     compared (a sweep in start order), so sequential calls cost a sort; a span is compared
@@ -265,6 +268,8 @@ def repeated_operations(
                 # Both ways of being one call need this much overlap: read the facts only then.
                 overlap = min(end, spans[j][3]) - start
                 if overlap < 0 or overlap < ALMOST_ENTIRELY * min(end - start, spans[j][3] - spans[j][2]):
+                    continue
+                if scopes.get(spans[j][0]) == scopes.get(spans[i][0]):
                     continue
                 if same_operation(_facts(facts, spans, attributes, j), _facts(facts, spans, attributes, i)):
                     first, second = _find(parent, j), _find(parent, i)
