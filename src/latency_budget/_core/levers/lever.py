@@ -3,7 +3,7 @@
 A lever is a module of this package that defines ``LEVER``, a :class:`Lever`, and the
 function that finds it; :data:`~latency_budget._core.levers.LEVERS` lists them, and every
 consumer (the processor, ``report``, the HTML page, the demo) reads that table. The
-fields that are words for people are also the README's levers section, checked against it
+fields that are words for people are also docs/levers.md's table, checked against it
 by ``tests/unit/test_lever_registry.py``.
 """
 
@@ -89,7 +89,7 @@ class Lever:
     whole request's or its first token's. ``text``: the hint's one line, with ``{calls}``
     (``3 calls``) and ``{saving}`` (``230ms``); ``unit``: what the estimate scales with.
     ``changes``: what it would do to a stage's work (never to a protected stage's).
-    ``fits``, ``controls_for``, ``evidence`` and ``never`` are the README's words: where it
+    ``fits``, ``controls_for``, ``evidence`` and ``never`` are docs/levers.md's words: where it
     applies, what its estimate holds fixed or rules out, the quality evidence it needs
     before a saving can be called free, and what it never proposes. ``needs`` names that
     evidence for the code. ``advise`` gives ``report``'s basis and advice; an estimated

@@ -3,7 +3,7 @@
 Adding a lever is one module (its ``LEVER`` and its finder) and one line here; the type
 checker and ``tests/unit/test_lever_registry.py`` then name each consumer that misses it
 (the ``HintKind`` literal in :mod:`latency_budget._core.kinds`, the processor, ``report``,
-the HTML page, the demo, the README's levers section).
+the HTML page, the demo, docs/levers.md).
 """
 
 from __future__ import annotations
