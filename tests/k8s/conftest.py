@@ -4,7 +4,7 @@ etcd, kube-apiserver, helm and the Collector come from ``scripts/build-tools``. 
 them these tests are skipped, except under ``CI=true``, where a missing binary fails them.
 
 Fixtures:
-    k8s_tools     K8sTools: paths of the built etcd, kube-apiserver, helm and Collector
+    otelcol       Path: the built Collector
     api_server    ApiServer: etcd and kube-apiserver on loopback, one per module, with the
                   chart's namespace created (Pod Security ``restricted``, warn and enforce)
     render        Callable[[Path | None], list[dict]]: ``helm template`` of the chart with a
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,37 +33,26 @@ NAMESPACE = "latency-budget"
 RELEASE = "tier"
 
 
-@dataclass(frozen=True)
-class K8sTools:
-    """The binaries these tests run."""
-
-    etcd: Path
-    kube_apiserver: Path
-    helm: Path
-    otelcol: Path
+def built_tool(name: str) -> Path:
+    """The path of a binary of ``scripts/build-tools``; skipped (failed under CI) when missing."""
+    path = tools_bin_dir() / name
+    if not os.access(path, os.X_OK):
+        skip_or_fail_in_ci(f"{path} is missing (run scripts/build-tools)")
+    return path
 
 
 @pytest.fixture(scope="session")
-def k8s_tools() -> K8sTools:
-    """The built binaries; skipped (failed under CI) when one is missing."""
-    bin_dir = tools_bin_dir()
-    tools = K8sTools(
-        etcd=bin_dir / "etcd",
-        kube_apiserver=bin_dir / "kube-apiserver",
-        helm=bin_dir / "helm",
-        otelcol=bin_dir / "otelcol-latency-budget",
-    )
-    missing = [str(path) for path in vars(tools).values() if not os.access(path, os.X_OK)]
-    if missing:
-        skip_or_fail_in_ci(f"missing {', '.join(missing)} (run scripts/build-tools)")
-    return tools
+def otelcol() -> Path:
+    """The built Collector."""
+    return built_tool("otelcol-latency-budget")
 
 
 @pytest.fixture(scope="module")
-def api_server(k8s_tools: K8sTools, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
     """A real API server with the chart's namespace, shared by the tests of a module."""
+    etcd, kube_apiserver = built_tool("etcd"), built_tool("kube-apiserver")
     work = tmp_path_factory.mktemp("apiserver")
-    with running_api_server(k8s_tools.etcd, k8s_tools.kube_apiserver, work) as api:
+    with running_api_server(etcd, kube_apiserver, work) as api:
         namespace = {
             "apiVersion": "v1",
             "kind": "Namespace",
@@ -84,8 +72,9 @@ def api_server(k8s_tools: K8sTools, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
-def render(k8s_tools: K8sTools, tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path | None], list[dict[str, Any]]]:
+def render(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path | None], list[dict[str, Any]]]:
     """``helm template`` of the chart (release ``tier`` in the chart's namespace), parsed."""
+    helm = built_tool("helm")
     home = tmp_path_factory.mktemp("helm-home")
     env = {
         **os.environ,
@@ -95,7 +84,7 @@ def render(k8s_tools: K8sTools, tmp_path_factory: pytest.TempPathFactory) -> Cal
     }
 
     def rendered(values: Path | None) -> list[dict[str, Any]]:
-        argv = [str(k8s_tools.helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+        argv = [str(helm), "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
         if values is not None:
             argv += ["--values", str(values)]
         done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)

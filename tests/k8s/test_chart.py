@@ -10,7 +10,10 @@ serve's own parser, the budget file by ``latency-budget validate``.
 from __future__ import annotations
 
 import copy
+import json
+import re
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,10 @@ import yaml
 from latency_budget import __version__
 from latency_budget.cli._main import build_parser, main
 
+from ..e2e.services import LOOPBACK, ManagedProcess, free_ports, poll
+from ..serve.harness import NextHop
 from .cluster import ApiServer
-from .conftest import ALL_ON_VALUES, CHART, NAMESPACE, REPO, K8sTools
+from .conftest import ALL_ON_VALUES, CHART, NAMESPACE, REPO
 
 Render = Callable[[Path | None], list[dict[str, Any]]]
 VALUES = {"defaults": None, "all-on": ALL_ON_VALUES}
@@ -80,7 +85,7 @@ def test_every_object_is_accepted_by_the_api_server(api_server: ApiServer, rende
 def test_the_api_server_refuses_an_unknown_field_and_warns_on_an_unsafe_pod(
     api_server: ApiServer, render: Render
 ) -> None:
-    """The checks above can fail: a misspelt field is refused, a pod allowed to escalate draws a Pod Security warning."""
+    """The checks can fail: a misspelt field is refused, a pod that may escalate draws a Pod Security warning."""
     statefulset = _one(render(None), "StatefulSet")
     misspelt = copy.deepcopy(statefulset)
     misspelt["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {"periodSeconds": 5}
@@ -98,9 +103,9 @@ def test_the_api_server_refuses_an_unknown_field_and_warns_on_an_unsafe_pod(
 
 @pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
 def test_the_collector_config_is_valid_for_the_built_collector(
-    k8s_tools: K8sTools, render: Render, values: Path | None, tmp_path: Path
+    otelcol: Path, render: Render, values: Path | None, tmp_path: Path
 ) -> None:
-    """The Collector's config in the chart passes `otelcol validate`, with the k8s resolver on serve's headless Service."""
+    """The chart's Collector config passes `otelcol validate`, its k8s resolver on serve's headless Service."""
     objects = render(values)
     config_text = _one(objects, "ConfigMap", "-collector")["data"]["config.yaml"]
     config = yaml.safe_load(config_text)
@@ -109,7 +114,7 @@ def test_the_collector_config_is_valid_for_the_built_collector(
     (tmp_path / "config.yaml").write_text(config_text, encoding="utf-8")
 
     done = subprocess.run(
-        [str(k8s_tools.otelcol), "validate", "--config", str(tmp_path / "config.yaml")],
+        [str(otelcol), "validate", "--config", str(tmp_path / "config.yaml")],
         capture_output=True,
         text=True,
         timeout=60,
@@ -185,3 +190,69 @@ def test_every_container_runs_unprivileged_on_a_read_only_root(render: Render, v
         assert context["runAsNonRoot"] is True, container["name"]
         assert context["allowPrivilegeEscalation"] is False, container["name"]
         assert context["capabilities"] == {"drop": ["ALL"]}, container["name"]
+
+
+def _container_env(container: dict[str, Any], pod_name: str) -> dict[str, str]:
+    """The container's environment as the kubelet makes it: ``$(NAME)`` of earlier variables expanded."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        if "valueFrom" in item:
+            assert item["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+            env[item["name"]] = pod_name
+        else:
+            env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"])
+    return env
+
+
+@pytest.mark.parametrize("values", VALUES.values(), ids=VALUES.keys())
+def test_serve_starts_with_the_chart_arguments_and_environment(
+    render: Render, values: Path | None, tmp_path: Path
+) -> None:
+    """Real serve, given the StatefulSet's arguments and environment (addresses and paths local), serves and drains."""
+    objects = render(values)
+    container = _serve_container(objects)
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(_one(objects, "ConfigMap", "-budgets")["data"]["budgets.yaml"], encoding="utf-8")
+    grpc_port, http_port, health_port = free_ports(3)
+    local = {
+        "--budgets": str(budgets),
+        "--grpc-endpoint": f"{LOOPBACK}:{grpc_port}",
+        "--http-endpoint": f"{LOOPBACK}:{http_port}",
+        "--health-endpoint": f"{LOOPBACK}:{health_port}",
+        "--wal-dir": str(tmp_path / "wal"),
+    }
+    args = list(container["args"][1:])
+    for index, arg in enumerate(args[:-1]):
+        if arg in local:
+            args[index + 1] = local[arg]
+    hop = NextHop()
+    env = _container_env(container, "tier-serve-0")
+    endpoints = [name for name in env if name.startswith("OTEL_EXPORTER_OTLP_") and name.endswith("ENDPOINT")]
+    env.update({name: hop.url for name in endpoints})
+    serve = ManagedProcess(
+        name="serve",
+        argv=[sys.executable, "-m", "latency_budget", *args],
+        env=env,
+        log_path=tmp_path / "serve.log",
+        health_url=f"http://{LOOPBACK}:{health_port}/health",
+    )
+    try:
+        serve.start()
+        # The health endpoint opens just before the listening line is written.
+        listening = poll(
+            lambda: next(
+                (json.loads(line) for line in serve.log_text().splitlines() if line.startswith('{"event":"listening"')),
+                None,
+            ),
+            timeout=10,
+            what="serve's listening line",
+        )
+        code = serve.stop()
+    finally:
+        serve.stop()
+        hop.stop()
+
+    assert code == 0, serve.log_tail()
+    assert listening["grpc"] == f"{LOOPBACK}:{grpc_port}"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in endpoints
+    assert (tmp_path / "wal").is_dir()
