@@ -46,6 +46,15 @@ class Resource:
     namespaced: bool
 
 
+def _json(raw: bytes) -> dict[str, Any]:
+    """A JSON object body; plain text (``/readyz`` answers ``ok``) as ``{"text": ...}``."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {"text": raw.decode(errors="replace")}
+    return parsed if isinstance(parsed, dict) else {"value": parsed}
+
+
 @dataclass
 class ApiServer:
     """A running kube-apiserver: send requests with its admin token."""
@@ -66,10 +75,9 @@ class ApiServer:
         context = ssl.create_default_context(cafile=str(self.ca_file))
         try:
             with urllib.request.urlopen(request, timeout=30, context=context) as answer:
-                return Response(answer.status, answer.headers.get_all("Warning") or [], json.loads(answer.read()))
+                return Response(answer.status, answer.headers.get_all("Warning") or [], _json(answer.read()))
         except urllib.error.HTTPError as error:
-            raw = error.read()
-            return Response(error.code, error.headers.get_all("Warning") or [], json.loads(raw) if raw else {})
+            return Response(error.code, error.headers.get_all("Warning") or [], _json(error.read()))
 
     def resource(self, api_version: str, kind: str) -> Resource:
         """The resource that serves ``kind`` in ``api_version``, from the API server's discovery."""
@@ -112,7 +120,7 @@ class _ApiServerProcess(ManagedProcess):
                 return None
             try:
                 return True if api.request("GET", "/readyz").status == 200 else None
-            except (OSError, ValueError, ssl.SSLError):
+            except OSError:  # not listening yet (ssl.SSLError is an OSError too)
                 return None
 
         try:
@@ -174,6 +182,9 @@ def running_api_server(etcd: Path, kube_apiserver: Path, work: Path) -> Iterator
             f"--service-account-signing-key-file={private}",
             "--service-account-issuer=https://kubernetes.default.svc",
             "--service-cluster-ip-range=10.250.0.0/24",
+            # The reconciler would publish the advertise address as the kubernetes
+            # Service's endpoint, and refuses a loopback one: no traffic goes there anyway.
+            "--endpoint-reconciler-type=none",
         ],
         env={},
         log_path=work / "kube-apiserver.log",
