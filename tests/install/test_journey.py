@@ -8,6 +8,7 @@ never this checkout's sources. About a minute and a half, most of it pip.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import subprocess
@@ -89,11 +90,12 @@ def test_the_sdist_holds_the_wheel_s_package(dist: Path, tmp_path: Path) -> None
 
 
 def test_readme_install_lines_name_the_built_distribution(dist: Path) -> None:
-    """The README's pip install lines name the distribution that was built."""
+    """The README's zero-code install line installs the wheel that ``python -m build`` makes (not on PyPI yet)."""
     (wheel,) = dist.glob("*.whl")
-    name = wheel.name.split("-")[0].replace("_", "-")
+    pattern = f"{wheel.name.split('-')[0]}-*.whl"
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert f"pip install {name} opentelemetry-distro" in readme
+    assert f"pip install dist/{pattern} opentelemetry-distro" in readme
+    assert fnmatch.fnmatch(wheel.name, pattern)
 
 
 def test_first_hour_from_the_wheel(venv: Path, tmp_path: Path) -> None:
