@@ -6,15 +6,20 @@ The docs table between the two markers is :func:`render_doc_table`; after a chan
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.options import OPTIONS, option, render_doc_table
 from latency_budget._serve.server import ServeOptions
 from latency_budget._serve.wal import FSYNC_POLICIES, WalOptions
+from latency_budget.cli._common import CliError
+from latency_budget.cli._serve import _values
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "collector-tier.md"
@@ -119,6 +124,30 @@ def test_where_the_chart_differs_from_a_default_its_comment_says_so() -> None:
         said = " ".join(comment)
         assert f"--{flag}" in said, f"values.yaml {key}: {value} differs from a default; its comment must name --{flag}"
         assert "default" in said, f"values.yaml {key}: {value} differs from --{flag}'s default; its comment must say so"
+
+
+def test_values_take_the_option_then_the_variable_then_the_default() -> None:
+    """The option beats its variable, an empty variable is unset, and --wal-max-bytes follows --max-bytes."""
+    args = argparse.Namespace(max_bytes="1000", decision_wait=None)
+    env = {
+        "LATENCY_BUDGET_SERVE_MAX_BYTES": "5",
+        "LATENCY_BUDGET_SERVE_DECISION_WAIT": " ",
+        "LATENCY_BUDGET_SERVE_MAX_WAIT": "7",
+    }
+
+    values = _values(args, env)
+
+    assert (values["max-bytes"], values["wal-max-bytes"]) == (1000, 1000)
+    assert (values["decision-wait"], values["max-wait"]) == (5.0, 7.0)
+    assert values["budgets"] is None
+
+
+def test_an_empty_or_bad_value_is_one_line_naming_its_source() -> None:
+    """An empty option is an error naming the option; a bad variable is an error naming the variable."""
+    with pytest.raises(CliError, match=r"^serve: --max-bytes: expected a positive whole number, got ''$"):
+        _values(argparse.Namespace(max_bytes=""), {})
+    with pytest.raises(CliError, match=r"^serve: LATENCY_BUDGET_SERVE_WAL_FSYNC: expected one of"):
+        _values(argparse.Namespace(), {"LATENCY_BUDGET_SERVE_WAL_FSYNC": "sometimes"})
 
 
 if __name__ == "__main__":

@@ -145,9 +145,9 @@ def _values(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
         if raw is None:
             raw = env.get(row.env)
             source = row.env
-        if raw is None or not raw.strip():
-            values[row.flag] = values[row.derived_from] if row.derived_from is not None else row.default
-            continue
+            if raw is None or not raw.strip():  # an empty variable is unset; an empty option is an error
+                values[row.flag] = values[row.derived_from] if row.derived_from is not None else row.default
+                continue
         try:
             values[row.flag] = row.parse(raw.strip())
         except ValueError as exc:
