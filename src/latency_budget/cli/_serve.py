@@ -14,21 +14,17 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
-import math
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
+from latency_budget._serve.options import OPTIONS
 from latency_budget.cli._common import CliError, example_epilog, raw_help
 
 __all__ = ["register", "run"]
-
-T = TypeVar("T")
-_ENV = "LATENCY_BUDGET_SERVE_"
-_DEFAULT_HTTP: str | None = "localhost:4318"
 
 
 def register(commands: Any) -> None:
@@ -50,39 +46,16 @@ def register(commands: Any) -> None:
         ),
         formatter_class=raw_help(),
     )
-    add = parser.add_argument
-    add("--budgets", "-b", metavar="FILE", help="the budget YAML file (required)")
-    add("--grpc-endpoint", metavar="HOST:PORT", help="OTLP/gRPC address (default localhost:4317; port 0: any)")
-    add("--http-endpoint", metavar="HOST:PORT", help="OTLP/HTTP listen address (default localhost:4318; none: off)")
-    add("--health-endpoint", metavar="HOST:PORT", help="health and counters, GET / (default localhost:13133)")
-    add("--forward-endpoint", metavar="URL", help="the next hop, instead of OTEL_EXPORTER_OTLP_ENDPOINT")
-    add("--decision-wait", metavar="SECONDS", help="judge a rooted trace this long after its last span (default 5)")
-    add("--max-wait", metavar="SECONDS", help="forward a trace unjudged if its root is not in by then (default 60)")
-    add("--max-traces", metavar="N", help="open traces held; past it requests are refused (default 50000)")
-    add("--max-spans-per-trace", metavar="N", help="past it a trace is forwarded unjudged (default 10000)")
-    add("--max-bytes", metavar="N", help="bytes held in open traces; past it requests are refused (default 256 MiB)")
-    add("--max-request-bytes", metavar="N", help="largest request taken (default 16 MiB)")
-    add("--queue-size", metavar="SPANS", help="spans queued for the next hop; past it requests are refused (100000)")
-    add("--forward-batch-bytes", metavar="N", help="bytes of one forwarded request at most (default 3 MiB)")
-    add("--forward-workers", metavar="N", help="forwarded requests in flight at once (default 2)")
-    add("--shutdown-timeout", metavar="SECONDS", help="drain deadline after SIGTERM (default 10)")
-    add("--roots", metavar="trace|local", help="trace: one request per trace (default); local: each local root")
-    add("--reports", metavar="otlp|none", help="violation/hint logs and budget metrics over OTLP (default otlp)")
-    add("--metric-interval", metavar="SECONDS", help="how often the budget metrics are exported (default 10)")
-    add("--wal-dir", metavar="DIR", help="write-ahead log: what is acknowledged survives a crash (default: off)")
-    add("--wal-max-bytes", metavar="N", help="the log's bytes on disk; past it requests are refused (default 256 MiB)")
-    add("--wal-fsync", metavar="always|interval|never", help="when the log is synced to disk (default interval)")
-    add("--wal-fsync-interval", metavar="SECONDS", help="with --wal-fsync interval: how often (default 1)")
-    add("--http-max-connections", metavar="N", help="OTLP/HTTP connections at once (default 128)")
-    add("--http-header-timeout", metavar="SECONDS", help="an HTTP request's line and headers within (default 10)")
-    add("--http-body-timeout", metavar="SECONDS", help="an HTTP request's body within, then 408 (default 30)")
+    for row in OPTIONS:
+        flags = (f"--{row.flag}", row.short) if row.short else (f"--{row.flag}",)
+        parser.add_argument(*flags, metavar=row.metavar, help=row.help_line())
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT; 0 after a drain, 2 for bad options or an address in use."""
-    settings = _Settings(args, os.environ)
-    budgets = settings.get("budgets", str, None)
+    values = _values(args, os.environ)
+    budgets = values["budgets"]
     if budgets is None:
         raise CliError("serve: --budgets FILE (or LATENCY_BUDGET_SERVE_BUDGETS) is required")
     try:
@@ -92,56 +65,29 @@ def run(args: argparse.Namespace) -> int:
 
     # Imported here: grpc and the exporters take a moment to load, and only serve needs them.
     from latency_budget._serve.assembly import Limits  # noqa: PLC0415
-    from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, open_sender  # noqa: PLC0415
+    from latency_budget._serve.forwarder import open_sender  # noqa: PLC0415
     from latency_budget._serve.reports import open_report_sinks  # noqa: PLC0415
     from latency_budget._serve.server import ServeOptions, Server  # noqa: PLC0415
-    from latency_budget._serve.wal import FSYNC_POLICIES, WalError, WalOptions  # noqa: PLC0415
+    from latency_budget._serve.wal import WalError, WalOptions  # noqa: PLC0415
     from latency_budget.export._otlp import OtlpSettingError, otlp_target  # noqa: PLC0415
 
-    limits = Limits(
-        decision_wait_s=settings.get("decision-wait", _seconds, 5.0),
-        max_wait_s=settings.get("max-wait", _seconds, 60.0),
-        max_traces=settings.get("max-traces", _count, 50_000),
-        max_spans_per_trace=settings.get("max-spans-per-trace", _count, 10_000),
-        max_bytes=settings.get("max-bytes", _count, 256 * 1024 * 1024),
-    )
-    wal_dir = settings.get("wal-dir", str, None)
-    wal = None
-    if wal_dir is not None:
-        wal = WalOptions(
-            directory=wal_dir,
-            max_bytes=settings.get("wal-max-bytes", _count, limits.max_bytes),
-            fsync=settings.get("wal-fsync", _choice(*FSYNC_POLICIES), "interval"),  # type: ignore[arg-type]
-            fsync_interval_s=settings.get("wal-fsync-interval", _seconds, 1.0),
-        )
-        if wal.max_bytes > limits.max_bytes:
-            # What the log holds must fit back in the buffer when it is replayed.
-            raise CliError("serve: --wal-max-bytes must not be larger than --max-bytes")
-    http = settings.get("http-endpoint", _endpoint_or_none, _DEFAULT_HTTP)
-    options = ServeOptions(
-        grpc_endpoint=settings.get("grpc-endpoint", _endpoint, "localhost:4317"),
-        http_endpoint=http,
-        health_endpoint=settings.get("health-endpoint", _endpoint, "localhost:13133"),
-        limits=limits,
-        roots=settings.get("roots", _choice("trace", "local"), "trace"),  # type: ignore[arg-type]
-        queue_spans=settings.get("queue-size", _count, 100_000),
-        max_request_bytes=settings.get("max-request-bytes", _count, 16 * 1024 * 1024),
-        shutdown_timeout_s=settings.get("shutdown-timeout", _seconds, 10.0),
-        wal=wal,
-        http_max_connections=settings.get("http-max-connections", _count, 128),
-        http_header_timeout_s=settings.get("http-header-timeout", _seconds, 10.0),
-        http_body_timeout_s=settings.get("http-body-timeout", _seconds, 30.0),
-        forward_batch_bytes=settings.get("forward-batch-bytes", _count, DEFAULT_BATCH_BYTES),
-        forward_workers=settings.get("forward-workers", _count, DEFAULT_WORKERS),
-    )
+    fields: dict[str, dict[str, Any]] = {"": {}, "limits": {}, "wal": {}}
+    for row in OPTIONS:
+        if row.field is not None:
+            group, _, name = row.field.rpartition(".")
+            fields[group][name] = values[row.flag]
+    limits = Limits(**fields["limits"])
+    wal = WalOptions(**fields["wal"]) if values["wal-dir"] is not None else None
+    if wal is not None and wal.max_bytes > limits.max_bytes:
+        # What the log holds must fit back in the buffer when it is replayed.
+        raise CliError("serve: --wal-max-bytes must not be larger than --max-bytes")
+    options = ServeOptions(**fields[""], limits=limits, wal=wal)
     if options.max_request_bytes > limits.max_bytes:
         raise CliError("serve: --max-request-bytes must not be larger than --max-bytes")
-    reports = settings.get("reports", _choice("otlp", "none"), "otlp")
-    metric_interval = settings.get("metric-interval", _seconds, 10.0)
+    reports = values["reports"]
+    metric_interval = values["metric-interval"]
     try:
-        target = otlp_target(
-            settings.get("forward-endpoint", str, None), strict=True, endpoint_name="--forward-endpoint"
-        )
+        target = otlp_target(values["forward-endpoint"], strict=True, endpoint_name="--forward-endpoint")
     except OtlpSettingError as exc:
         raise CliError(f"serve: {exc}") from None
 
@@ -186,60 +132,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _Settings:
-    """An option's value: the command line's, else ``LATENCY_BUDGET_SERVE_<OPTION>``, else the default."""
+def _values(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, Any]:
+    """Each option's value by flag: the command line's, else its variable's, else its default.
 
-    def __init__(self, args: argparse.Namespace, env: Mapping[str, str]) -> None:
-        self._args = args
-        self._env = env
-
-    def get(self, option: str, parse: Callable[[str], T], default: T) -> T:
-        """``parse`` of the option's text (a bad one is a one-line error naming the option or variable)."""
-        raw = getattr(self._args, option.replace("-", "_"), None)
-        source = f"--{option}"
+    A bad value is a one-line error naming the option or the variable; a derived default
+    (``--wal-max-bytes``: ``--max-bytes``) is the value of the option it follows.
+    """
+    values: dict[str, Any] = {}
+    for row in OPTIONS:
+        raw = getattr(args, row.dest, None)
+        source = f"--{row.flag}"
         if raw is None:
-            variable = _ENV + option.replace("-", "_").upper()
-            raw = self._env.get(variable)
-            source = variable
-            if raw is None or not raw.strip():
-                return default
+            raw = env.get(row.env)
+            source = row.env
+            if raw is None or not raw.strip():  # an empty variable is unset; an empty option is an error
+                values[row.flag] = values[row.derived_from] if row.derived_from is not None else row.default
+                continue
         try:
-            return parse(raw.strip())
+            values[row.flag] = row.parse(raw.strip())
         except ValueError as exc:
             raise CliError(f"serve: {source}: {exc}") from None
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"expected a number of seconds, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"expected a positive whole number, got {text!r}")
-    return int(text)
-
-
-def _endpoint(text: str) -> str:
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"expected HOST:PORT (port 0 picks a free one), got {text!r}")
-    return text
-
-
-def _endpoint_or_none(text: str) -> str | None:
-    return None if text.lower() == "none" else _endpoint(text)
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(text: str) -> str:
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
-        return text
-
-    return parse
+    return values
