@@ -37,13 +37,13 @@ from latency_budget._config.genai_defaults import DIALECTS, NOT_CALLS, builtin_r
 from latency_budget._config.matching import MatchRule, compile_glob, vetoed
 from latency_budget._core.first_token import parse_instant_ns
 from latency_budget._core.trace_state import is_local_root
+from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_block, markdown_cell, markdown_text, terminal_text
 from latency_budget._replay import SpanRecord, judge_roots
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
 from ._output import emit
 from ._recorded import add_budgets_argument, add_trace_arguments, load_config, load_traces
-from ._summary import plural
 from ._table import markdown_table
 
 __all__ = ["Finding", "diagnose", "register"]
