@@ -21,6 +21,7 @@ import shlex
 
 __all__ = [
     "html_text",
+    "markdown_block",
     "markdown_cell",
     "markdown_text",
     "promql_string",
@@ -176,6 +177,13 @@ def markdown_cell(text: str) -> str:
     fence = "`" * (max((len(run) for run in re.findall(r"`+", shown)), default=0) + 1)
     pad = " " if shown[0] in "` " or shown[-1] in "` " else ""
     return f"{fence}{pad}{shown}{pad}{fence}"
+
+
+def markdown_block(text: str, language: str = "") -> str:
+    """A fenced Markdown code block showing ``text`` literally: its fence longer than any run of backticks in it."""
+    shown = "\n".join(visible(line) for line in text.split("\n"))
+    fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", shown)), default=0) + 1)
+    return f"{fence}{language}\n{shown}\n{fence}"
 
 
 def html_text(text: str) -> str:

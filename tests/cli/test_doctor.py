@@ -144,6 +144,22 @@ def test_doctor_text_prints_yaml_that_validates(
     assert main(["validate", str(fixed)]) == 0
 
 
+def test_doctor_markdown_shows_the_findings_and_a_yaml_block_that_validates(
+    recorded: tuple[Path, Path, list[ReadableSpan]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--format markdown: a table row per finding, and the fix in a fenced YAML block that `validate` accepts."""
+    traces, budgets, _ = recorded
+    assert main(["doctor", str(traces), "--budgets", str(budgets), "--format", "markdown"]) == 1
+    text = capsys.readouterr().out
+    assert "#### Look like AI calls, in no stage" in text
+    assert "| Stage | Spans | What | E.g. |" in text
+    fragment = yaml.safe_load(text.split("```yaml\n")[1].split("\n```")[0])
+    assert "stages" in fragment
+    fixed = tmp_path / "fixed.yaml"
+    fixed.write_text(_merge(BUDGETS, fragment), encoding="utf-8")
+    assert main(["validate", str(fixed)]) == 0
+
+
 def test_the_processor_counts_ai_spans_in_no_stage_and_names_the_first(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

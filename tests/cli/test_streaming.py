@@ -47,7 +47,7 @@ def test_a_window_too_short_for_the_recording_is_warned_about() -> None:
     whole, quiet = _report()
     parted, warned = _report("--window", "1")
     assert "raise --window" not in quiet
-    assert re.search(r"\d+ spans came more than --window 1 spans after the rest of their trace", warned)
+    assert re.search(r"\d+ spans came more than --window 1 span after the rest of their trace", warned)
     assert parted["requests"] != whole["requests"]  # the parts are judged as requests of their own
 
 

@@ -98,7 +98,7 @@ def test_the_same_calls_without_side_effects_listed_earn_the_hint_with_the_assum
     assert _savings(t) == [200.0]
     (row,) = levers(t.report(tmp_path, capsys), "sequential_calls")
     assert row["savings_total_ms"] == 200.0
-    assert "assumes the calls independent in 1 requests" in row["basis"]
+    assert "assumes the calls independent in 1 request (" in row["basis"]
 
 
 def test_side_effects_are_globs_checked_at_load_time() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from latency_budget._core.wording import plural
 from latency_budget._encode import visible
 
 __all__ = ["BudgetConfigError", "describe_value"]
@@ -34,7 +35,7 @@ class BudgetConfigError(ValueError):
         text = prefix + message
         if more:
             where = ", ".join(f"{p.line}" if p.line is not None else "-" for p in more)
-            text += f" (and {len(more)} more {'problem' if len(more) == 1 else 'problems'}, on lines {where})"
+            text += f" (and {plural(len(more), 'more problem')}, on lines {where})"
         super().__init__(text)
 
     @property

@@ -18,6 +18,8 @@ from latency_budget import _attributes as attr
 from latency_budget._core.hints import Hint
 from latency_budget._core.report import TraceReport, Violation
 
+from .wording import plural
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -167,7 +169,7 @@ def _entry(violation: Violation, counts: dict[str, int]) -> str:
     """One broken budget: ``model_call +475.758 ms (3975.758/3500 ms, 5 calls)``."""
     stage = violation.stage
     if violation.kind == "calls":
-        return f"{stage} {violation.calls} calls (max {violation.max_calls})"
+        return f"{stage} {plural(violation.calls or 0, 'call')} (max {violation.max_calls})"
     if stage == attr.TOTAL:
         what = "first token" if violation.kind == "first_token" else attr.TOTAL
     else:
@@ -175,7 +177,7 @@ def _entry(violation: Violation, counts: dict[str, int]) -> str:
     figures = f"{_ms(violation.actual_ms)}/{_ms(violation.budget_ms)} ms"
     count = counts.get(stage, 0)
     if violation.kind == "duration" and count > 1:
-        figures += f", {count} calls"  # their union broke it, though each may be within
+        figures += f", {count} calls"  # more than one: their union broke it, though each may be within
     return f"{what} +{_ms(violation.over_ms)} ms ({figures})"
 
 

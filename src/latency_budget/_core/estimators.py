@@ -20,6 +20,8 @@ from statistics import NormalDist
 
 from latency_budget._core.intervals import union_length
 
+from .wording import plural
+
 __all__ = [
     "MAX_FIT_POINTS",
     "MIN_DISTINCT_X",
@@ -179,12 +181,12 @@ def fit_or_reason(
     """The fit :func:`theil_sen` gives, or why there is none, in a few words for people."""
     # The common refusals first, on the points as given: dropping non-finite ones only lowers both counts.
     if len(points) < MIN_FIT_POINTS:
-        return f"{len(points)} calls, fewer than {MIN_FIT_POINTS}"
+        return f"{plural(len(points), 'call')}, fewer than {MIN_FIT_POINTS}"
     if len({x for x, _ in points}) < MIN_DISTINCT_X:
         return f"fewer than {MIN_DISTINCT_X} distinct sizes"
     finite = [(float(x), float(y)) for x, y in points if math.isfinite(x) and math.isfinite(y)]
     if len(finite) < MIN_FIT_POINTS:
-        return f"{len(finite)} calls, fewer than {MIN_FIT_POINTS}"
+        return f"{plural(len(finite), 'call')}, fewer than {MIN_FIT_POINTS}"
     if len({x for x, _ in finite}) < MIN_DISTINCT_X:
         return f"fewer than {MIN_DISTINCT_X} distinct sizes"
     finite.sort()

@@ -32,6 +32,7 @@ from typing import Literal
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from latency_budget._core.wording import plural
 from latency_budget._demo.latency import Latency
 
 __all__ = ["APP_SCOPE", "GENAI_SCOPE", "PlannedRequest", "PlannedSpan", "RequestInfo", "ToolMode", "plan_request"]
@@ -167,11 +168,11 @@ class RequestInfo:
         """A few words for people: ``voice, cache miss, 3 gpt-4o-mini calls, 2 tool calls in parallel``."""
         if self.cache_hit:
             return f"{self.channel}, cache hit (no model call)"
-        calls = f"{self.model_calls} {self.model} call{'s' if self.model_calls != 1 else ''}"
+        calls = plural(self.model_calls, f"{self.model} call")
         answer = "" if self.streamed else ", answer not streamed"
         if self.tool_mode == "none":
             return f"{self.channel}, cache miss, {calls}, no tools{answer}"
-        tools = f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}"
+        tools = plural(self.tool_calls, "tool call")
         how = "in parallel" if self.tool_mode == "parallel" else "one after another"
         return f"{self.channel}, cache miss, {calls}, {tools} {how}{answer}"
 

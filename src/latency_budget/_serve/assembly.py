@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from latency_budget._core.wording import plural
 from latency_budget._serve.otlp import Received
 
 __all__ = ["Decided", "Limits", "Refused", "TraceBuffer", "settling_groups"]
@@ -120,7 +121,7 @@ class TraceBuffer:
                 room = self._rootless_to_forward(over_traces, over_bytes, now)
                 if not room:
                     if over_traces > 0:
-                        reason = f"{len(open_traces)} traces open (--max-traces {limits.max_traces})"
+                        reason = f"{plural(len(open_traces), 'trace')} open (--max-traces {limits.max_traces})"
                     else:
                         reason = f"{self._bytes} bytes held (--max-bytes {limits.max_bytes})"
                     return Refused(reason, _retry(limits)), []

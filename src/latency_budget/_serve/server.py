@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
+from latency_budget._core.wording import plural
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
 from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, FORWARD_BATCH_SPANS, Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
@@ -191,7 +192,7 @@ class Server:
             spans, queued_bytes = self._forwarder.held()
         options = self.options
         if spans >= options.queue_spans:
-            return f"{spans} spans waiting for the next hop (--queue-size {options.queue_spans})"
+            return f"{plural(spans, 'span')} waiting for the next hop (--queue-size {options.queue_spans})"
         held = buffered + queued_bytes + spans * _QUEUED_SPAN_COST
         limit = options.limits.max_bytes
         if held + cost > limit and (held or cost > limit):

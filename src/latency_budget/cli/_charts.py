@@ -15,6 +15,7 @@ from collections.abc import Callable
 from latency_budget._core.estimators import Fit
 from latency_budget._core.kinds import KINDS, HintKind
 from latency_budget._core.report import format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import html_text
 
 from ._levers import LeverAnalysis, ModelRow, fit_caption
@@ -135,7 +136,8 @@ def _models_chart(rows: list[ModelRow]) -> str:
         mid = top + _ROW_H / 2
         p50, p95, p99 = row.p(50), row.p(95), row.p(99)
         label = f"{row.model} (n {row.count})"
-        tip = f"{row.model}: p50 {format_ms(p50)}, p95 {format_ms(p95)}, p99 {format_ms(p99)}, {row.count} calls"
+        calls = plural(row.count, "call")
+        tip = f"{row.model}: p50 {format_ms(p50)}, p95 {format_ms(p95)}, p99 {format_ms(p99)}, {calls}"
         parts.append(f'<text class="model" x="{_PAD_L - 6}" y="{mid + 4:.1f}" text-anchor="end">{escape(label)}</text>')
         parts.append(
             f'<rect class="p50" x="{_PAD_L}" y="{top + 5:.1f}" width="{max(1.0, x(p50) - _PAD_L):.1f}" '
@@ -179,7 +181,7 @@ def context_section(levers: LeverAnalysis) -> str:
         where = f'data-stage="{escape(row.stage)}" data-model="{escape(row.model)}"'
         cards.append(
             f'<section class="chart-card context-card" {where}>'
-            f"<h3>{escape(row.stage)} · {escape(row.model)} <small>({row.count} calls)</small></h3>"
+            f"<h3>{escape(row.stage)} · {escape(row.model)} <small>({plural(row.count, 'call')})</small></h3>"
             f'<div class="pair">{"".join(plots)}</div></section>'
         )
     return f'<div class="context-cards" id="context">{"".join(cards)}</div>'
@@ -218,7 +220,7 @@ def _scatter(points: list[tuple[float, float]], fit: Fit | None, dot: str, line:
 
     parts = [
         f'<svg class="context" viewBox="0 0 {_SC_W} {_SC_H}" role="img" '
-        f'aria-label="{escape(what)} against input tokens, {len(points)} calls">',
+        f'aria-label="{escape(what)} against input tokens, {plural(len(points), "call")}">',
         f'<line class="axis" x1="{_SC_L}" y1="{_SC_T + plot_h}" x2="{_SC_W - _PAD_R}" y2="{_SC_T + plot_h}"/>',
         f'<line class="axis" x1="{_SC_L}" y1="{_SC_T}" x2="{_SC_L}" y2="{_SC_T + plot_h}"/>',
     ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from latency_budget._core.report import TOTAL, format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 from latency_budget.cli._stats import StageSummary, optimisation
 
@@ -195,9 +196,9 @@ def _verdict(checks: list[Check], failed: list[Check], warned: list[Check], q: f
     if failed:
         shown = "; ".join(f"{_name(c)} {c.what} {c.show(c.actual)} > {c.show(c.budget)}" for c in failed[:_LISTED])
         more = f"; and {len(failed) - _LISTED} more" if len(failed) > _LISTED else ""
-        return f"FAIL: {len(failed)} of {len(checks)} checks over an error-level budget: {shown}{more}"
-    warn = f" ({len(warned)} warning{'s' if len(warned) != 1 else ''})" if warned else ""
-    return f"PASS: {len(checks)} checks at p{q:g} within budget{warn}"
+        return f"FAIL: {len(failed)} of {plural(len(checks), 'check')} over an error-level budget: {shown}{more}"
+    warn = f" ({plural(len(warned), 'warning')})" if warned else ""
+    return f"PASS: {plural(len(checks), 'check')} at p{q:g} within budget{warn}"
 
 
 def _table(

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMult
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from latency_budget._core.report import TraceReport
+from latency_budget._core.wording import plural
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
 from latency_budget._demo.run import demo_resource
 from latency_budget._processor import ReportCallback
@@ -195,10 +196,12 @@ def run(args: argparse.Namespace) -> int:
         lost = produced - counter.exported
         if lost:
             why = f": {counter.errors[0]}" if counter.errors else " (see the exporter's messages above)"
-            print(f"latency-budget: could not export {lost} of {produced} spans to {name}{why}", file=sys.stderr)
+            print(
+                f"latency-budget: could not export {lost} of {plural(produced, 'span')} to {name}{why}", file=sys.stderr
+            )
             code = 2  # the surroundings failed; 1 means a budget failed
         else:
-            print(f"Exported {produced} spans to {name}.", file=sys.stderr)
+            print(f"Exported {plural(produced, 'span')} to {name}.", file=sys.stderr)
     return code
 
 
@@ -258,7 +261,7 @@ def _signal_sinks(target: _OtlpTarget, requests: int) -> tuple[list[ReportCallba
 def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> str:
     judged = result.judged()
     lines = [
-        f"Simulated {len(result.requests)} support-assistant requests (seed {result.seed}, "
+        f"Simulated {plural(len(result.requests), 'support-assistant request')} (seed {result.seed}, "
         f"{args.concurrency} concurrent users) through LatencyBudgetProcessor; budgets from {budgets_label}.",
     ]
     for index in _sample(judged, args.show):
@@ -267,12 +270,12 @@ def _render(result: DemoRun, args: argparse.Namespace, budgets_label: str) -> st
     reports = [report for _, report in judged]
     summary = summarize(result.config, reports)
     over = f"{summary.violated} over an error-level budget"
-    lines += ["", f"Summary of {summary.requests} requests ({over}):", summary_table(summary), ""]
+    lines += ["", f"Summary of {plural(summary.requests, 'request')} ({over}):", summary_table(summary), ""]
     lines += closing_lines(summary, optimisation(reports))
     lines += ["", *where_lines(analyse_levers(reports, result.config))]
     missing = len(result.requests) - len(judged)
     if missing:
-        lines.append(f"Warning: the processor made no report for {missing} requests.")
+        lines.append(f"Warning: the processor made no report for {plural(missing, 'request')}.")
     lines += ["", *next_steps(args.save_traces)]
     return "\n".join(lines)
 

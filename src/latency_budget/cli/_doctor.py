@@ -24,7 +24,6 @@ import argparse
 import copy
 import json
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +37,14 @@ from latency_budget._config.genai_defaults import DIALECTS, NOT_CALLS, builtin_r
 from latency_budget._config.matching import MatchRule, compile_glob, vetoed
 from latency_budget._core.first_token import parse_instant_ns
 from latency_budget._core.trace_state import is_local_root
-from latency_budget._encode import terminal_text
+from latency_budget._core.wording import plural
+from latency_budget._encode import markdown_block, markdown_cell, markdown_text, terminal_text
 from latency_budget._replay import SpanRecord, judge_roots
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
 from ._output import emit
 from ._recorded import add_budgets_argument, add_trace_arguments, load_config, load_traces
-from ._summary import plural
+from ._table import markdown_table
 
 __all__ = ["Finding", "diagnose", "register"]
 
@@ -103,7 +103,7 @@ def register(commands: Any) -> None:
     add_budgets_argument(parser, required=False)
     parser.add_argument(
         "--format",
-        choices=("table", "json"),
+        choices=("table", "json", "markdown"),
         type=lambda name: "table" if name == "text" else name,  # its name before one set of format names
         default="table",
         help="output format (default: table)",
@@ -139,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
             )
             + "\n"
         )
+    elif args.format == "markdown":
+        emit(_markdown(findings, fix, label, len(traces.spans)))
     else:
         emit(_text(findings, fix, label, len(traces.spans)))
     return 1 if findings else 0
@@ -581,16 +583,60 @@ def _add_rule(rules: list[dict[str, Any]], rule: dict[str, Any]) -> None:
     rules.append(json.loads(json.dumps(rule)))
 
 
+_TITLES = {
+    "unstaged": "Look like AI calls, in no stage",
+    "bookkeeping": "In a stage, look like bookkeeping",
+    "first_token": "Look like a first token, not read",
+}
+
+
+def _heading(findings: Sequence[Finding], label: str, span_count: int) -> str:
+    if not findings:
+        return f"Nothing missed in {plural(span_count, 'span')} under {label}."
+    return f"{plural(len(findings), 'finding')} in {plural(span_count, 'span')} under {label}:"
+
+
+def _add_to(findings: Sequence[Finding]) -> str:
+    stages = ", ".join(sorted({f.stage for f in findings}))
+    return (
+        f"Add to the budget file (stages {stages}; a stage's match adds to its built-in rules,\n"
+        "which are written out only where a veto needs them, with builtin: false):"
+    )
+
+
+def _fix_yaml(fix: Mapping[str, Any]) -> str:
+    # The YAML escapes every non-ASCII character itself (a double-quoted scalar), so it
+    # stays valid and reads back exactly.
+    return yaml.safe_dump(dict(fix), sort_keys=False, allow_unicode=False, width=1000).rstrip()
+
+
+def _markdown(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_count: int) -> str:
+    """The findings as Markdown (one table per kind) and the fix as a YAML code block."""
+    parts = [markdown_text(_heading(findings, label, span_count))]
+    if not findings:
+        return parts[0] + "\n"
+    for kind, title in _TITLES.items():
+        rows = [
+            [markdown_cell(f.stage), str(f.spans), markdown_text(f.what), markdown_cell(f.example)]
+            for f in findings
+            if f.kind == kind
+        ]
+        if rows:
+            parts += [
+                "",
+                f"#### {markdown_text(title)}",
+                "",
+                markdown_table(["Stage", "Spans", "What", "E.g."], rows, right=[1]),
+            ]
+    parts += ["", markdown_text(_add_to(findings).replace("\n", " ")), "", markdown_block(_fix_yaml(fix), "yaml")]
+    return "\n".join(parts) + "\n"
+
+
 def _text(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_count: int) -> str:
     if not findings:
-        return f"Nothing missed in {plural(span_count, 'span')} under {label}.\n"
-    titles = {
-        "unstaged": "Look like AI calls, in no stage",
-        "bookkeeping": "In a stage, look like bookkeeping",
-        "first_token": "Look like a first token, not read",
-    }
-    lines = [f"{plural(len(findings), 'finding')} in {plural(span_count, 'span')} under {label}:"]
-    for kind, title in titles.items():
+        return _heading(findings, label, span_count) + "\n"
+    lines = [_heading(findings, label, span_count)]
+    for kind, title in _TITLES.items():
         of_kind = [f for f in findings if f.kind == kind]
         if not of_kind:
             continue
@@ -599,15 +645,8 @@ def _text(findings: Sequence[Finding], fix: Mapping[str, Any], label: str, span_
             lines.append(
                 f"  {finding.stage}: {plural(finding.spans, 'span')}, {finding.what} (e.g. {finding.example!r})"
             )
-    counts = Counter(f.stage for f in findings)
-    lines += [
-        "",
-        f"Add to the budget file (stages {', '.join(sorted(counts))}; a stage's match adds to its built-in rules,",
-        "which are written out only where a veto needs them, with builtin: false):",
-        "",
-    ]
-    # Names from the traces are shown as terminal text; the YAML escapes every non-ASCII
-    # character itself (a double-quoted scalar), so it stays valid and reads back exactly.
+    lines += ["", *_add_to(findings).split("\n"), ""]
+    # Names from the traces are shown as terminal text.
     text = [terminal_text(line) for line in lines]
-    text.append(yaml.safe_dump(dict(fix), sort_keys=False, allow_unicode=False, width=1000).rstrip())
+    text.append(_fix_yaml(fix))
     return "\n".join(text) + "\n"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from latency_budget._core.annotate import verdict_text
 from latency_budget._core.report import TOTAL, TraceReport, ViolationKind, format_ms
+from latency_budget._core.wording import plural
 from latency_budget._replay import SpanRecord
 from latency_budget._version import __version__
 from latency_budget.cli._stats import StageSummary
@@ -237,7 +238,7 @@ def _histogram(values: Sequence[float], budget: float | None, marks: list[tuple[
 
     parts = [
         f'<svg class="histogram" viewBox="0 0 {_CHART_W} {_CHART_H}" role="img" '
-        f'aria-label="distribution of {len(values)} values">',
+        f'aria-label="distribution of {plural(len(values), "value")}">',
         f'<line class="axis" x1="{_PAD_L}" y1="{_PAD_T + plot_h}" x2="{_PAD_L + plot_w}" y2="{_PAD_T + plot_h}"/>',
     ]
     for n, count in enumerate(counts):
@@ -246,7 +247,9 @@ def _histogram(values: Sequence[float], budget: float | None, marks: list[tuple[
         low = n * width
         is_over = budget is not None and low + width / 2 > budget
         height = max(1.0, count / tallest * plot_h)
-        label = f"{format_ms(low)}{'+' if n == _BINS - 1 else ' to ' + format_ms(low + width)}: {count} requests"
+        label = (
+            f"{format_ms(low)}{'+' if n == _BINS - 1 else ' to ' + format_ms(low + width)}: {plural(count, 'request')}"
+        )
         parts.append(
             f'<rect class="{"over" if is_over else "ok"}" x="{_PAD_L + n * bar_w + 0.5:.1f}" '
             f'y="{_PAD_T + plot_h - height:.1f}" width="{bar_w - 1:.1f}" height="{height:.1f}">'

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from latency_budget import _attributes as attr
 from latency_budget._config import BudgetConfig, load_budgets
 from latency_budget._core.report import TraceReport
+from latency_budget._core.wording import plural
 from latency_budget._demo import DEMO_BUDGETS_ATTRIBUTE, EXAMPLE_BUDGETS_NAME, example_budgets
 from latency_budget._replay import SpanRecord, evaluate_spans, judge_roots
 from latency_budget.cli._stats import RunSummary, summarize
@@ -41,7 +42,6 @@ from ._inputs import (
 from ._inputs._spans import ParsedSpan
 from ._output import warn
 from ._progress import ProgressBar
-from ._summary import plural
 
 __all__ = [
     "BUILTIN_LABEL",
@@ -282,13 +282,14 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
             fix = "'requests: all' judges every local root; 'latency-budget doctor' lists AI spans in no stage"
         raise CliError(
             f"{traces.source_label}: no local root is a request under {rules} of {label} "
-            f"({traces.span_count} spans in {traces.trace_count} traces); {fix}"
+            f"({plural(traces.span_count, 'span')} in {plural(traces.trace_count, 'trace')}); {fix}"
         )
     summary = summarize(config, reports)
     if summary.stage_span_count == 0:
         raise CliError(
             f"{traces.source_label}: no span matched a stage of {label} "
-            f"({traces.span_count} spans in {traces.trace_count} traces; stages: {', '.join(config.stage_names)}); "
+            f"({plural(traces.span_count, 'span')} in {plural(traces.trace_count, 'trace')}; "
+            f"stages: {', '.join(config.stage_names)}); "
             "check --budgets and its match rules"
         )
     return Recorded(config, label, traces, reports, summary)
@@ -375,7 +376,8 @@ def _judge_files(
     if window.late_spans:
         warn(
             f"{traces.source_label}: {plural(window.late_spans, 'span')} came more than --window "
-            f"{args.window:,} spans after the rest of their trace, which had been judged without them "
+            f"{plural(args.window, 'span', grouped=True)} after the rest of their trace, "
+            "which had been judged without them "
             f"(first at {window.first_late}); raise --window to judge them together"
         )
     return traces, [report for *_, report in judged]

@@ -41,8 +41,8 @@ def register(commands: Any) -> None:
         ),
         epilog=example_epilog(
             "latency-budget serve --budgets budgets.yaml",
-            "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 latency-budget serve --budgets budgets.yaml "
-            "--grpc-endpoint 0.0.0.0:4317 --http-endpoint none",
+            "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4317 latency-budget serve --budgets budgets.yaml \\\n"
+            "      --grpc-endpoint 0.0.0.0:4317 --http-endpoint none",
         ),
         formatter_class=raw_help(),
     )

@@ -23,6 +23,7 @@ from latency_budget._attributes import PROFILE, STAGE, VIOLATED, WARNED
 from latency_budget._config import BudgetConfig, BudgetSet
 from latency_budget._config.model import StageBudget
 from latency_budget._core.report import TOTAL, format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import promql_string, shell_word, template_text, yaml_comment, yaml_scalar
 from latency_budget._version import __version__
 
@@ -194,7 +195,7 @@ def _stage_budget_text(budget: StageBudget) -> str:
     if budget.first_token_ms is not None:
         parts.append(f"first token {format_ms(budget.first_token_ms)}")
     if budget.max_calls is not None:
-        parts.append(f"at most {budget.max_calls} calls")
+        parts.append(f"at most {plural(budget.max_calls, 'call')}")
     return ", ".join(parts) + (", severity warn" if budget.severity == "warn" else "")
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
+from latency_budget._core.wording import plural
 from latency_budget._demo import example_budgets_text
 from latency_budget._encode import yaml_comment, yaml_scalar
 from latency_budget.cli._stats import ProfileSummary, StageSummary, percentile
@@ -141,7 +142,7 @@ class _Writer:
         """``# <what> in 133 of 153 requests: p50 .., p95 .., p99 .., max .. -> p95 x 1.2``."""
         numbers = ", ".join(f"p{q:g} {format_ms(_percentile(values, q))}" for q in (50, 95, 99))
         return (
-            f"# {what} in {len(values)} of {of} requests: {numbers}, max {format_ms(values[-1])}"
+            f"# {what} in {len(values)} of {plural(of, 'request')}: {numbers}, max {format_ms(values[-1])}"
             f" -> p{self.q:g} x {self.headroom:g}"
         )
 
@@ -149,7 +150,7 @@ class _Writer:
         recorded = self.recorded
         summary = recorded.summary
         lines = [
-            f"# Latency budgets suggested by `latency-budget suggest` from {summary.requests} requests",
+            f"# Latency budgets suggested by `latency-budget suggest` from {plural(summary.requests, 'request')}",
             f"# ({yaml_comment(recorded.traces.source_label)}; stages from {yaml_comment(recorded.budgets_label)}).",
             f"# Each budget is the observed p{self.q:g} x {self.headroom:g} headroom, rounded up to a whole ms.",
             "# Review before use: a budget states what the product needs, not only what it does today.",

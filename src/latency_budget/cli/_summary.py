@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from latency_budget._core.report import format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text
 from latency_budget.cli._stats import Optimisation, ProfileSummary, RunSummary, StageSummary, percentile
 
@@ -26,7 +27,6 @@ __all__ = [
     "most_often_line",
     "optimisation_json",
     "optimisation_lines",
-    "plural",
     "summary_json",
     "summary_markdown",
     "summary_rows",
@@ -160,11 +160,6 @@ def summary_rows(summary: RunSummary) -> list[SummaryRow]:
             rows.extend(stage_rows(stage))
         rows.extend(_total_rows(profile))
     return rows
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 request``, ``2 requests``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def format_rate(over: int, count: int) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from latency_budget._config import BudgetConfigError, load_budgets
 from latency_budget._core.report import format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import terminal_text
 from latency_budget.cli._common import example_epilog, raw_help
 from latency_budget.cli._output import emit
@@ -45,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
     )
     profiles = f", {len(config.profiles)} profile(s)" if config.profiles else ""
     total = format_ms(budgets.total_ms)
-    emit(f"{terminal_text(args.file)}: OK: {len(budgets.stages)} stages ({stages}); total {total}{profiles}")
+    emit(f"{terminal_text(args.file)}: OK: {plural(len(budgets.stages), 'stage')} ({stages}); total {total}{profiles}")
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from latency_budget._core.estimators import Fit
 from latency_budget._core.report import format_ms
+from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 
 from ._levers import ContextRow, LeverAnalysis, LeverSummary, ModelRow, fit_caption
@@ -58,7 +59,7 @@ _LEVER_HEADER = ["Lever", "Stage", "Requests", "p50 saving", "p95 saving", "Tota
 
 def _title(analysis: LeverAnalysis) -> str:
     return (
-        f"Where to win, estimated over {analysis.requests} request{'s' if analysis.requests != 1 else ''} "
+        f"Where to win, estimated over {plural(analysis.requests, 'request')} "
         "(per request where a lever applies; levers overlap, so their savings do not add up):"
     )
 
@@ -95,7 +96,7 @@ def _left_out(analysis: LeverAnalysis) -> list[str]:
     n = analysis.left_out
     if not n:
         return []
-    return [f"Left out: {n} finding{'s' if n != 1 else ''} that would save less than hints.min_saving_ms."]
+    return [f"Left out: {plural(n, 'finding')} that would save less than hints.min_saving_ms."]
 
 
 def _numbered(analysis: LeverAnalysis) -> list[tuple[int, LeverSummary]]:

@@ -13,6 +13,7 @@ from latency_budget._core.annotate import hint_attributes, violation_attributes
 from latency_budget._core.hints import Hint
 from latency_budget._core.kinds import KINDS
 from latency_budget._core.report import TraceReport, Violation, format_ms
+from latency_budget._core.wording import plural
 from latency_budget._version import __version__
 
 __all__ = ["EVENT_NAME", "HINT_EVENT_NAME", "HintLogEmitter", "ViolationLogEmitter"]
@@ -57,7 +58,7 @@ class ViolationLogEmitter:
 def describe(violation: Violation) -> str:
     """A one-line human description, e.g. ``model_call duration 1250ms > budget 800ms (+450ms)``."""
     if violation.kind == "calls":
-        return f"{violation.stage} made {violation.calls} calls > max_calls {violation.max_calls}"
+        return f"{violation.stage} made {plural(violation.calls or 0, 'call')} > max_calls {violation.max_calls}"
     what = {"duration": "duration", "first_token": "time to first token", "total": "end-to-end"}[violation.kind]
     return (
         f"{violation.stage} {what} {format_ms(violation.actual_ms)} > budget {format_ms(violation.budget_ms)}"
@@ -109,9 +110,9 @@ class HintLogEmitter:
 
 def describe_hint(hint: Hint) -> str:
     """A one-line human description, e.g. ``tool_calls: 3 calls ran one after another; ... save 230ms``."""
-    calls = f"{hint.span_count} call{'' if hint.span_count == 1 else 's'}"
+    calls = plural(hint.span_count, "call")
     text = KINDS[hint.kind].text.format(calls=calls, saving=format_ms(hint.potential_savings_ms))
     basis = hint.basis_count
     if basis is None or hint.kind == "cache":  # a cache hint's basis is its repeated calls, said already
         return f"{hint.stage}: {text}"
-    return f"{hint.stage}: {text} (estimated from {basis} recent call{'' if basis == 1 else 's'})"
+    return f"{hint.stage}: {text} (estimated from {plural(basis, 'recent call')})"

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from latency_budget._config import BudgetConfig, as_config
 from latency_budget._config.model import Severity
 from latency_budget._core.report import TraceReport
+from latency_budget._core.wording import plural
 from latency_budget.testing._capture import Capture, capture_spans
 from latency_budget.testing._verdict import judge_block, percentile_reports
 
@@ -293,7 +294,7 @@ def _require_spans(spans: tuple[ReadableSpan, ...], where: str) -> tuple[Readabl
 def _heading(result: BudgetResult, report: TraceReport) -> str:
     where = f"{result.config.source}, profile {report.profile}"
     if result.percentile is not None:
-        return f"p{result.percentile:g} over {len(result.runs)} runs ({where})"
+        return f"p{result.percentile:g} over {plural(len(result.runs), 'run')} ({where})"
     return f"({where})"
 
 

@@ -12,6 +12,7 @@ from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import StageMeasurement, evaluate
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import is_local_root
+from latency_budget._core.wording import plural
 from latency_budget._replay import SpanRecord, evaluate_spans, record_of
 
 __all__ = ["BLOCK_ROOT_NAME", "judge_block", "percentile_reports"]
@@ -120,7 +121,7 @@ def percentile_reports(config: BudgetConfig, runs: Sequence[TraceReport], percen
                 measurements,
                 total_actual_ms=_nearest_rank([r.total_actual_ms for r in reports], percentile),
                 first_token_ms=_nearest_rank(first_tokens, percentile) if first_tokens else None,
-                root_name=f"p{percentile:g} of {len(reports)} runs",
+                root_name=f"p{percentile:g} of {plural(len(reports), 'run')}",
             )
         )
     return tuple(verdicts)

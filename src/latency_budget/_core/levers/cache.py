@@ -17,6 +17,8 @@ from latency_budget._core.levers.baseline import DIFFERING, Result, merged_resul
 from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_of
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
@@ -85,7 +87,8 @@ def advise(given: AdviceFor) -> Advice:
     """The cache's basis and advice over a recording."""
     earlier = given.repeats - given.within
     basis = (
-        f"{given.repeats} calls identical to an earlier one ({given.within} within a request, {earlier} from an "
+        f"{plural(given.repeats, 'call')} identical to an earlier one ({given.within} within a request, "
+        f"{earlier} from an "
         "earlier request), if a cache hit cost nothing"
     )
     return basis, f"cache the results of {given.named}: identical calls repeat"

@@ -10,6 +10,8 @@ from latency_budget._core.estimators import MIN_R_SQUARED, Fit
 from latency_budget._core.levers.baseline import ContextBasis
 from latency_budget._core.report import format_ms
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
     from latency_budget._core.kinds import LeverKind
@@ -76,7 +78,7 @@ def fit_test(fit: Fit, basis: ContextBasis | None) -> str:
     """What a token lever's fit passed, for people: what it is of, its points, its interval and R²."""
     what = f" of {FITTED[basis]}" if basis is not None else ""
     return (
-        f"Theil-Sen fit{what} over {fit.n} calls{fit.sample_note()}: slope's 95% interval above zero, "
+        f"Theil-Sen fit{what} over {plural(fit.n, 'call')}{fit.sample_note()}: slope's 95% interval above zero, "
         f"R² {fit.r_squared:.2f} (at least {MIN_R_SQUARED})"
     )
 

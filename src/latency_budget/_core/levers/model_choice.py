@@ -17,6 +17,8 @@ from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.report import format_ms
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
@@ -56,7 +58,7 @@ def find(
     if saving <= 0:
         return None
     ids = span_ids_of(members, shorter)
-    test = f"at least {least} calls of each model compared"
+    test = f"at least {plural(least, 'call')} of each model compared"
     return Finding(
         "model_choice", stage, len(shorter), saving, basis, (*slower, fastest), fastest, span_ids=ids, test=test
     )

@@ -18,6 +18,8 @@ from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.report import format_ms
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
@@ -75,8 +77,8 @@ def advise(given: AdviceFor) -> Advice:
         return "", ""
     source = "median over" if stats.rate_from == "streamed" else "Theil-Sen fit over"
     basis = (
-        f"{format_ms(stats.ms_per_output_token)} per output token of {given.main} ({source} {stats.rate_calls} "
-        f"calls); outputs above the median {stats.output_p50:,.0f} tokens cut to it"
+        f"{format_ms(stats.ms_per_output_token)} per output token of {given.main} ({source} "
+        f"{plural(stats.rate_calls, 'call')}); outputs above the median {stats.output_p50:,.0f} tokens cut to it"
     )
     advice = (
         f"ask {given.named} for shorter output (max_tokens, a terser prompt): each 100 output tokens cost "

@@ -28,6 +28,8 @@ from latency_budget._core.intervals import union_length
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.levers.shape import capped, stage_calls
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.critical_path import RecordedSpan
 
@@ -204,7 +206,7 @@ def advise(given: AdviceFor) -> Advice:
     basis = "back-to-back sibling calls, each run made concurrent: the stage's time before less after"
     if given.assumed:
         basis += (
-            f"; assumes the calls independent in {given.assumed} requests (their arguments or results not "
+            f"; assumes the calls independent in {plural(given.assumed, 'request')} (their arguments or results not "
             "recorded): check that none needs another's result"
         )
     else:

@@ -23,6 +23,8 @@ from latency_budget._core.levers.finding import Finding
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.report import format_ms
 
+from ..wording import plural
+
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline
@@ -62,7 +64,7 @@ def find(
     streamed = stats.streamed if stats is not None else 0
     if stats is None or stats.first_token_p50_ms is None or streamed < MIN_STREAMED:
         return Finding("streaming", call.stage, 1, None, streamed, (call.model,), span_ids=(call.span_id,))
-    test = f"at least {MIN_STREAMED} streamed calls of the model"
+    test = f"at least {plural(MIN_STREAMED, 'streamed call')} of the model"
     duration = call.duration_ns / 1e6
     saving = min(duration - stats.first_token_p50_ms, limits[call.stage][0])
     if saving <= 0:  # not shorter than a streamed call's first token: streaming would not help
@@ -97,18 +99,19 @@ def advise(given: AdviceFor) -> Advice:
     stats, main = given.stats, given.main
     basis = ""
     if stats is not None and stats.first_token_p50_ms is not None and stats.streamed >= MIN_STREAMED:
-        basis = (
-            f"median first token of {stats.streamed} streamed calls of {main}: {format_ms(stats.first_token_p50_ms)}"
-        )
+        median = format_ms(stats.first_token_p50_ms)
+        basis = f"median first token of {plural(stats.streamed, 'streamed call')} of {main}: {median}"
     if given.unestimated:
-        basis += (
-            "; " if basis else ""
-        ) + f"no estimate in {given.unestimated} requests: fewer than {MIN_STREAMED} streamed calls of the model"
+        basis += ("; " if basis else "") + (
+            f"no estimate in {plural(given.unestimated, 'request')}: "
+            f"fewer than {plural(MIN_STREAMED, 'streamed call')} of the model"
+        )
     advice = f"stream the responses of {given.named} (gen_ai.request.stream): the user sees the first token sooner"
     if given.held_back:
         checks = " and ".join(given.held_back_by)
         basis += ("; " if basis else "") + (
-            f"no saving claimed in {given.held_back} requests: a {checks} check was still to end when the model "
+            f"no saving claimed in {plural(given.held_back, 'request')}: "
+            f"a {checks} check was still to end when the model "
             "call started (it checks the output after it, or beside it)"
         )
         if given.held_back_by and not given.estimated:

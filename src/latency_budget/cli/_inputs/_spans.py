@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from latency_budget._core.wording import plural
 from latency_budget._replay import SpanRecord
 
 from ._errors import TraceInputError, show
@@ -88,7 +89,7 @@ class Repairs:
                 f"(first at {self.first_duplicate})"
             )
         if self.parent_cycles:
-            cycles = "1 parent cycle" if self.parent_cycles == 1 else f"{self.parent_cycles:,} parent cycles"
+            cycles = plural(self.parent_cycles, "parent cycle", grouped=True)
             lines.append(
                 f"{cycles} (spans that are their own ancestors) broken by making the earliest span of each "
                 f"a root (first at {self.first_cycle})"
@@ -101,7 +102,7 @@ class Repairs:
 
 
 def _spans(count: int) -> str:
-    return "1 span" if count == 1 else f"{count:,} spans"
+    return plural(count, "span", grouped=True)
 
 
 def assemble(spans: Iterable[ParsedSpan]) -> tuple[list[SpanRecord], Repairs]:
