@@ -31,6 +31,8 @@ REPO = Path(__file__).resolve().parents[2]
 NO_MATCH_RULES = "version: 1\ntotal_ms: 60000\n"
 
 ROWS = [(d.key, value, stage) for d in DIALECTS for value, stage in d.values.items()]
+# A span name each row holds on (a row restricted to some names: its first glob, written out).
+NAME_OF = {(d.key, value): d.names[0].replace("*", "x") if d.names else "call" for d in DIALECTS for value in d.values}
 LEFT_OUT = [(d.key, value) for d in DIALECTS for value in d.not_stages]
 
 
@@ -39,9 +41,10 @@ def test_each_row_puts_a_span_in_its_stage(key: str, value: str, stage: str) -> 
     """A span whose start attributes hold a row's key and value is labelled with the row's stage and counted."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    p.run("call", 10, 20, parent=root, attributes={key: value})
+    name = NAME_OF[(key, value)]
+    p.run(name, 10, 20, parent=root, attributes={key: value})
     root.end(end_time=at(30))
-    assert (p.span("call").attributes or {})[attr.STAGE] == stage
+    assert (p.span(name).attributes or {})[attr.STAGE] == stage
     assert (p.span("request").attributes or {})[attr.stage_key(stage, "count")] == 1
 
 
@@ -137,12 +140,36 @@ def test_values_are_case_and_type_exact() -> None:
     assert classify("x", SpanKind.INTERNAL, "s", {"openinference.span.kind": "LLM"}) >= 0
 
 
-def test_every_builtin_rule_is_a_single_attribute_condition() -> None:
-    """Each built-in rule tests one key (what keeps classification one dictionary probe per key)."""
+def test_every_builtin_rule_is_a_single_attribute_condition_or_a_probe() -> None:
+    """Each built-in rule tests one key (with at most a span-name veto) or is a probe beside the index.
+
+    That keeps classification one dictionary probe per key: the decision for a span with a
+    dialect key keeps its index, and the probes (URL, class-name endings) run only on spans
+    carrying the keys they read.
+    """
     for stage in BUILTIN_STAGES:
         rules = builtin_rules(stage) or ()
         assert rules
-        assert all(len(r.attributes) == 1 and not r.exists and r.name is None and r.kind is None for r in rules)
+        for r in rules:
+            if r.probe is None:
+                assert len(r.attributes) == 1
+                assert not r.exists
+                assert r.kind is None
+                assert r.name is None or r.name.pattern.startswith(("(?!", "(?:"))
+            else:
+                assert not r.attributes
+                assert not r.exists
+                assert not r.unless
+    config = load_budgets(text=NO_MATCH_RULES)
+    decision = config.classifier.prepare("POST", SpanKind.CLIENT, "s")
+    assert not isinstance(decision, int)
+    assert decision.index is not None
+    assert decision.by_probe
+    other = config.classifier.prepare("GET profile", SpanKind.CLIENT, "s")  # no probe reads its URL
+    assert not isinstance(other, int)
+    assert not other.by_probe
+    assert other.gate is not None
+    assert "url.full" not in other.gate
 
 
 def test_no_value_means_two_stages() -> None:
@@ -157,19 +184,20 @@ def test_no_value_means_two_stages() -> None:
 
 
 def _documented_table() -> dict[tuple[str, str], set[str]]:
-    """(stage, key) -> values of the built-in matcher table in docs/budget-file.md."""
+    """(stage, key) -> values of the built-in matcher tables in docs/budget-file.md (dialects, general conventions)."""
     text = (REPO / "docs" / "budget-file.md").read_text(encoding="utf-8")
-    section = text.split("**Built-in GenAI matchers.**", 1)[1].split("\n\n", 2)[1]
-    lines = [line for line in section.splitlines() if line.startswith("|")]
-    header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
     table: dict[tuple[str, str], set[str]] = {}
-    for line in lines[2:]:
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        stage = cells[0].strip("`")
-        for key, cell in zip(header[1:], cells[1:], strict=True):
-            values = set(re.findall(r"`([^`]+)`", cell))
-            if values:
-                table[(stage, key)] = values
+    for title in ("**Built-in GenAI matchers.**", "**General conventions, below the dialects.**"):
+        section = text.split(title, 1)[1].split("\n\n", 2)[1]
+        lines = [line for line in section.splitlines() if line.startswith("|")]
+        header = [cell.strip().strip("`") for cell in lines[0].strip("|").split("|")]
+        for line in lines[2:]:
+            cells = [cell.strip() for cell in line.strip("|").split("|")]
+            stage = cells[0].strip("`")
+            for key, cell in zip(header[1:], cells[1:], strict=True):
+                values = set(re.findall(r"`([^`]+)`", cell))
+                if values:
+                    table.setdefault((stage, key), set()).update(values)
     return table
 
 

@@ -11,18 +11,36 @@ probe per key. Values listed as ``not_stages`` are known and deliberately left o
 Logfire log record that repeats its call's operation name, a Semantic Kernel function run
 that no model asked for). Recognising the next
 instrumentation is a new row, not new code.
+
+Each row says which class of evidence it rests on (:data:`EvidenceClass`). The general
+conventions come first in meaning, whatever framework made the span: the GenAI semantic
+conventions, and below them the database conventions (a vector database's search is
+retrieval), the MCP conventions (a ``tools/call`` is a tool call) and HTTP client spans
+to a model provider's API (:data:`PROVIDER_APIS`; a model call when no GenAI span covers
+the same call, see ``_core/calls.py``). The rows of an instrumentation's or a framework's
+own keys add what a stack says beyond them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from opentelemetry.trace import SpanKind
 
-from latency_budget._config.matching import MatchRule, compile_glob, exact_values
+from latency_budget._config.matching import (
+    GlobError,
+    MatchRule,
+    UrlMatch,
+    ValueEndings,
+    compile_glob,
+    exact_values,
+)
 from latency_budget._config.model import FirstTokenSource
 
 __all__ = [
@@ -32,24 +50,149 @@ __all__ = [
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DIALECTS",
+    "EVIDENCE_CLASSES",
     "FIRST_TOKEN_SPELLINGS",
     "GENERATION_VALUES",
     "INVOCATIONS",
+    "INVOCATION_KEYS",
+    "MODEL_HOSTS_ENV",
     "MODEL_KEYS",
     "NOT_CALLS",
+    "PROVIDER_APIS",
+    "REQUEST_STAGES",
+    "STOP_AND_HANDOFF",
     "TOOL_CALLS_ONLY",
     "TOOL_CALL_FINISH_REASONS",
     "CallKeys",
     "Dialect",
+    "EvidenceClass",
     "FirstTokenSpelling",
     "NotACall",
+    "ProviderApi",
+    "StopOrHandoff",
     "ToolCallsOnly",
     "builtin_rules",
+    "invokes",
     "looks_like_a_call",
     "plausible_request",
 ]
 
 BUILTIN_STAGES: tuple[str, ...] = ("retrieval", "model_call", "tool_calls")
+# The stages whose calls make a local root a request under the default ``requests`` rule
+# (beside an agent or workflow invocation): start-up work holds none of them.
+REQUEST_STAGES: tuple[str, ...] = ("model_call", "tool_calls")
+
+_log = logging.getLogger(__name__)
+
+# What a dialect row rests on: the general conventions (GenAI, database, MCP, an HTTP client
+# span), or keys and values that one instrumentation or framework writes on its own.
+EvidenceClass = Literal[
+    "GenAI semconv",
+    "database semconv",
+    "MCP semconv",
+    "HTTP client",
+    "instrumentation's own keys",
+    "framework's own keys",
+]
+EVIDENCE_CLASSES: tuple[EvidenceClass, ...] = get_args(EvidenceClass)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderApi:
+    """One model provider's HTTP API: its hosts, and per stage the path endings of its calls.
+
+    A host is exact (``api.openai.com``) or a glob (``*.openai.azure.com``); ``*`` is any
+    host (the OpenAI- and Anthropic-compatible paths that LLM proxies and local servers serve).
+    """
+
+    source: str
+    hosts: tuple[str, ...]
+    stages: Mapping[str, tuple[str, ...]]
+
+
+# The OpenAI-compatible routes (OpenAI's own, and what most providers, proxies and local
+# servers copy), and the Anthropic messages route.
+_OPENAI_ROUTES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"model_call": ("/chat/completions", "/completions", "/responses"), "retrieval": ("/embeddings",)}
+)
+_GEMINI_ROUTES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "model_call": (":generateContent", ":streamGenerateContent", ":rawPredict", ":streamRawPredict"),
+        "retrieval": (":embedContent", ":batchEmbedContents"),
+    }
+)
+MODEL_HOSTS_ENV = "LATENCY_BUDGET_MODEL_HOSTS"
+
+
+def _hosts_from_env() -> tuple[str, ...]:
+    """Hosts (or host globs) named in LATENCY_BUDGET_MODEL_HOSTS, comma-separated; a bad glob logs and is skipped."""
+    hosts: list[str] = []
+    for listed in os.environ.get(MODEL_HOSTS_ENV, "").split(","):
+        host = listed.strip().lower()
+        if not host:
+            continue
+        try:
+            compile_glob(host)
+        except GlobError as error:
+            _log.warning("%s: %s: ignored", MODEL_HOSTS_ENV, error)
+            continue
+        hosts.append(host)
+    return tuple(hosts)
+
+
+# Model providers' HTTP APIs: a POST whose path ends with one of a stage's endings, to one of
+# the hosts, is a call of that stage (HTTP client spans, read when no GenAI span says more).
+# Hosts named in LATENCY_BUDGET_MODEL_HOSTS (a gateway of yours) take the OpenAI-compatible
+# and Anthropic routes too.
+PROVIDER_APIS: tuple[ProviderApi, ...] = (
+    ProviderApi("OpenAI", ("api.openai.com",), _OPENAI_ROUTES),
+    ProviderApi("Azure OpenAI", ("*.openai.azure.com", "*.services.ai.azure.com"), _OPENAI_ROUTES),
+    ProviderApi("Anthropic", ("api.anthropic.com",), {"model_call": ("/v1/messages",)}),
+    ProviderApi("Google Gemini API", ("generativelanguage.googleapis.com",), _GEMINI_ROUTES),
+    ProviderApi("Google Vertex AI", ("aiplatform.googleapis.com", "*-aiplatform.googleapis.com"), _GEMINI_ROUTES),
+    ProviderApi(
+        "Amazon Bedrock",
+        ("bedrock-runtime.*.amazonaws.com", "bedrock-runtime-fips.*.amazonaws.com"),
+        {"model_call": ("/converse", "/converse-stream", "/invoke", "/invoke-with-response-stream")},
+    ),
+    ProviderApi(
+        "OpenAI-compatible providers",
+        (
+            "api.mistral.ai",
+            "api.groq.com",
+            "api.deepseek.com",
+            "api.together.xyz",
+            "api.fireworks.ai",
+            "api.x.ai",
+            "openrouter.ai",
+            "api.perplexity.ai",
+        ),
+        _OPENAI_ROUTES,
+    ),
+    ProviderApi(
+        "Cohere",
+        ("api.cohere.com", "api.cohere.ai"),
+        {"model_call": ("/v2/chat", "/v1/chat"), "retrieval": ("/v2/embed", "/v1/embed", "/v2/rerank", "/v1/rerank")},
+    ),
+    # LLM proxies (LiteLLM's, vLLM's, Ollama's OpenAI-compatible server...) and gateways, on any
+    # host: only the versioned paths, which an application's own API seldom copies.
+    ProviderApi(
+        "OpenAI- and Anthropic-compatible servers, any host",
+        ("*",),
+        {
+            "model_call": ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"),
+            "retrieval": ("/v1/embeddings",),
+        },
+    ),
+    ProviderApi(
+        f"hosts named in {MODEL_HOSTS_ENV}",
+        _hosts_from_env(),
+        {
+            "model_call": (*_OPENAI_ROUTES["model_call"], "/messages"),
+            "retrieval": _OPENAI_ROUTES["retrieval"],
+        },
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +236,24 @@ class Dialect:
     evidence: Literal["tested", "source"] = "tested"
     # Where the vocabulary writes a call's model, tokens, arguments... (the latency levers).
     call_keys: CallKeys = CallKeys()
+    # Globs of span names on which alone the row holds (empty: any name), and of span names
+    # on which it does not (a vector database's writes are no retrieval): settled once per
+    # span name, never per span, so a span of another name never reads the row's key.
+    names: tuple[str, ...] = ()
+    not_names: tuple[str, ...] = ()
+    # For the HTTP client row: the provider APIs whose URLs put a client span in a stage
+    # (``key`` is then the URL key, and ``stages`` is empty).
+    routes: tuple[ProviderApi, ...] = ()
+    # stage -> endings of the key's value that put a span in it (a framework whose class
+    # names follow a convention: Haystack's `...Retriever`, `...ChatGenerator`).
+    endings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # The class of evidence the row rests on (the dialect table's "evidence class").
+    evidence_class: EvidenceClass = field(kw_only=True)
     values: Mapping[str, str] = field(init=False, repr=False, compare=False)  # value -> stage
 
     def __post_init__(self) -> None:
+        if self.evidence_class not in EVIDENCE_CLASSES:
+            raise ValueError(f"{self.source}: {self.evidence_class!r} is no evidence class")
         values: dict[str, str] = {}
         for stage, listed in self.stages.items():
             if stage not in BUILTIN_STAGES:
@@ -105,8 +263,58 @@ class Dialect:
                     raise ValueError(f"{self.source}: {self.key}={value!r} is listed twice")
         if not set(self.invocations) <= set(self.not_stages):
             raise ValueError(f"{self.source}: invocations must be among not_stages")
+        endings = tuple(ending for listed in self.endings.values() for ending in listed)
+        if any(value.endswith(endings) for value in self.not_stages) if endings else False:
+            raise ValueError(f"{self.source}: a value of not_stages ends like a stage's value")
+        object.__setattr__(self, "endings", MappingProxyType(dict(self.endings)))
         object.__setattr__(self, "stages", MappingProxyType(dict(self.stages)))
         object.__setattr__(self, "values", MappingProxyType(values))
+
+
+# The span names of OpenLLMetry's vector-database instrumentations ({vendor}.{method}; Weaviate's
+# db.weaviate.{object}.{method}; Azure AI Search's azure_search.{method}), the read operations
+# the current database conventions put first in a name ({db.operation.name} {collection}), and
+# the writes (indexing a corpus is start-up work, not retrieval).
+_VECTOR_NAMES: tuple[str, ...] = (
+    "qdrant.*",
+    "pinecone.*",
+    "chroma.*",
+    "milvus.*",
+    "lancedb.*",
+    "marqo.*",
+    "db.weaviate.*",
+    "azure_search.*",
+    "azure.search.*",
+)
+_VECTOR_OPERATIONS: tuple[str, ...] = (
+    "search *",
+    "query *",
+    "query_points *",
+    "hybrid_search *",
+    "similarity_search *",
+    "recommend *",
+    "discover *",
+    "scroll *",
+    "fetch *",
+)
+_VECTOR_WRITES: tuple[str, ...] = (
+    "*upsert*",
+    "*insert*",
+    "*.add",
+    "add *",
+    "*add_*",
+    "*upload*",
+    "*delete*",
+    "*update*",
+    "*modify*",
+    "*create*",
+    "*set_payload*",
+    "*overwrite*",
+    "*replace*",
+    "*drop*",
+    "*merge*",
+    "*index_documents*",
+)
 
 
 DIALECTS: tuple[Dialect, ...] = (
@@ -135,6 +343,7 @@ DIALECTS: tuple[Dialect, ...] = (
             finish_reasons=("gen_ai.response.finish_reasons",),
             generation=True,
         ),
+        evidence_class="GenAI semconv",
     ),
     Dialect(
         # opentelemetry-semantic-conventions-ai's GenAICustomOperationName, and the LlamaIndex
@@ -151,6 +360,7 @@ DIALECTS: tuple[Dialect, ...] = (
             arguments=("gen_ai.prompt",),
             results=("gen_ai.completion.0.content",),
         ),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         "OpenInference",
@@ -168,6 +378,7 @@ DIALECTS: tuple[Dialect, ...] = (
             results=("output.value",),
             generation=True,
         ),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # TraceloopSpanKindValues: traceloop-sdk's @tool/@task/@agent/@workflow decorators.
@@ -176,6 +387,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"tool_calls": ("tool",)},
         not_stages=("workflow", "task", "agent", "unknown"),
         invocations=("workflow", "agent"),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # langfuse._client.constants: the observation types of the Langfuse SDK (v3 and later).
@@ -184,6 +396,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"retrieval": ("retriever", "embedding"), "model_call": ("generation",), "tool_calls": ("tool",)},
         not_stages=("span", "agent", "chain", "evaluator", "guardrail", "event"),
         invocations=("agent",),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # LLMRequestTypeValues: what OpenLLMetry wrote before gen_ai.operation.name, still defined.
@@ -191,6 +404,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "llm.request.type",
         {"retrieval": ("embedding", "rerank"), "model_call": ("chat", "completion")},
         not_stages=("unknown",),
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # litellm.integrations.opentelemetry (callbacks=["otel"]): each call's `litellm_request`
@@ -204,6 +418,7 @@ DIALECTS: tuple[Dialect, ...] = (
             "retrieval": ("embedding", "aembedding", "arerank"),
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         "LiteLLM, its own OpenTelemetry callback",
@@ -220,6 +435,7 @@ DIALECTS: tuple[Dialect, ...] = (
             "retrieval": ("aembedding", "arerank"),
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # semantic_kernel.utils.telemetry.model_diagnostics of older releases: operation names of
@@ -237,6 +453,7 @@ DIALECTS: tuple[Dialect, ...] = (
             )
         },
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # Seen on a framework's completion spans: the convention's name, plural.
@@ -244,6 +461,7 @@ DIALECTS: tuple[Dialect, ...] = (
         "gen_ai.operation.name",
         {"model_call": ("text_completions", "chat_completions", "chat_completion")},
         evidence="source",
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # langsmith._internal.otel._otel_exporter (LANGSMITH_OTEL_ENABLED): the run type. Its
@@ -254,6 +472,7 @@ DIALECTS: tuple[Dialect, ...] = (
         {"model_call": ("llm",), "retrieval": ("retriever", "embedding"), "tool_calls": ("tool",)},
         not_stages=("chain", "prompt", "parser"),
         evidence="tested",  # tests/frameworks/langsmith (langsmith 0.15.1, LangGraph 1.2.24)
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # mlflow.entities.SpanType, written JSON-encoded as every MLflow span attribute is.
@@ -267,6 +486,7 @@ DIALECTS: tuple[Dialect, ...] = (
         not_stages=('"AGENT"', '"CHAIN"', '"PARSER"', '"MEMORY"', '"UNKNOWN"', '"EVALUATOR"', '"GUARDRAIL"', '"TASK"'),
         invocations=('"AGENT"',),
         evidence="source",
+        evidence_class="instrumentation's own keys",
     ),
     Dialect(
         # haystack.core.pipeline (traced by opentelemetry-haystack since haystack-ai 3): every
@@ -302,7 +522,13 @@ DIALECTS: tuple[Dialect, ...] = (
         },
         not_stages=("Agent", "PromptBuilder", "ChatPromptBuilder", "AnswerBuilder", "DocumentWriter"),
         invocations=("Agent",),
+        # Haystack's naming convention, which its integrations follow (qdrant-haystack's
+        # QdrantEmbeddingRetriever, mistral-haystack's MistralChatGenerator...): the listed values
+        # above are the ones tested; these endings stage the rest.
+        endings={"model_call": ("Generator",), "retrieval": ("Retriever", "Embedder", "Ranker")},
+        names=("haystack.component.run",),
         evidence="tested",  # tests/frameworks/haystack (opentelemetry-haystack)
+        evidence_class="framework's own keys",
     ),
     Dialect(
         # lmnr.opentelemetry_lib (Laminar, browser-use's tracer): the lmnr.span.type of the spans
@@ -315,6 +541,85 @@ DIALECTS: tuple[Dialect, ...] = (
         {"model_call": ("LLM",), "tool_calls": ("TOOL",)},
         not_stages=("DEFAULT", "PIPELINE", "EXECUTOR", "EVALUATOR", "HUMAN_EVALUATOR", "EVALUATION"),
         evidence="source",
+        evidence_class="instrumentation's own keys",
+    ),
+    Dialect(
+        # The database semantic conventions' system (older name), as OpenLLMetry's vector-database
+        # instrumentations write it: opentelemetry-instrumentation-qdrant and -pinecone `Qdrant` and
+        # `Pinecone` on CLIENT spans `qdrant.{method}`, `pinecone.{method}`; -chromadb, -milvus,
+        # -weaviate, -lancedb `chroma`, `milvus`, `weaviate`, `lancedb` with db.operation the method;
+        # Azure AI Search's `Azure AI Search`. A read (search, query, get, recommend, scroll...) is
+        # retrieval; a write, told by its span name, is none (indexing a corpus is start-up work).
+        "vector databases: the database semantic conventions (OpenLLMetry's vector-database instrumentations)",
+        "db.system",
+        {
+            "retrieval": (
+                "Qdrant",
+                "qdrant",
+                "Pinecone",
+                "pinecone",
+                "chroma",
+                "chromadb",
+                "milvus",
+                "weaviate",
+                "lancedb",
+                "marqo",
+                "Azure AI Search",
+            )
+        },
+        names=_VECTOR_NAMES,
+        not_names=_VECTOR_WRITES,
+        evidence="source",
+        evidence_class="database semconv",
+        call_keys=CallKeys(data_source=("db.collection.name",)),
+    ),
+    Dialect(
+        # The current database conventions: db.system.name, spans `{db.operation.name} {collection}`.
+        "vector databases: the database semantic conventions (current names)",
+        "db.system.name",
+        {"retrieval": ("qdrant", "pinecone", "chroma", "chromadb", "milvus", "weaviate", "lancedb", "marqo")},
+        names=_VECTOR_OPERATIONS,
+        not_names=_VECTOR_WRITES,
+        evidence="source",
+        evidence_class="database semconv",
+    ),
+    Dialect(
+        # The OpenTelemetry MCP semantic conventions (semantic-conventions-genai, gen-ai/mcp.md): client
+        # spans `{mcp.method.name} {target}` (CLIENT), the server's (SERVER) in its own trace, with the
+        # client's as remote parent. gen_ai.operation.name `execute_tool` is only recommended on a
+        # `tools/call`: the method says it. The protocol's own traffic is no call. (OpenLLMetry's
+        # opentelemetry-instrumentation-mcp writes `{tool}.tool` with traceloop.span.kind `tool`
+        # instead, and `{method}.mcp` for the rest: rows above.)
+        "MCP semantic conventions",
+        "mcp.method.name",
+        {"tool_calls": ("tools/call",)},
+        not_stages=(
+            "initialize",
+            "notifications/initialized",
+            "notifications/cancelled",
+            "notifications/progress",
+            "ping",
+            "tools/list",
+            "prompts/list",
+            "resources/list",
+            "resources/templates/list",
+            "logging/setLevel",
+        ),
+        evidence="source",
+        evidence_class="MCP semconv",
+    ),
+    Dialect(
+        # HTTP client spans (opentelemetry-instrumentation-requests, -httpx, -aiohttp-client...): the
+        # old conventions write http.method and http.url, the current http.request.method and url.full
+        # (both read). A POST to a model provider's route (PROVIDER_APIS) is a model call, or an
+        # embedding (retrieval); under a GenAI span of its stage it is part of that call (nested).
+        "HTTP client spans to a model provider's API",
+        "url.full",
+        {},
+        routes=PROVIDER_APIS,
+        names=("POST", "POST *", "HTTP POST", "HTTP POST *"),  # the HTTP conventions' client span names
+        evidence="source",
+        evidence_class="HTTP client",
     ),
 )
 
@@ -376,14 +681,26 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
 
     Every rule carries the same vetoes, from ``not_calls``.
     """
-    by_stage: dict[str, dict[str, list[str]]] = {stage: {} for stage in BUILTIN_STAGES}
+    by_stage: dict[str, dict[tuple[str, tuple[str, ...], tuple[str, ...]], list[str]]] = {
+        stage: {} for stage in BUILTIN_STAGES
+    }
+    probes: dict[str, list[MatchRule]] = {stage: [] for stage in BUILTIN_STAGES}
     owner: dict[tuple[str, str], str] = {}
     for dialect in dialects:
         for value, stage in dialect.values.items():
             other = owner.setdefault((dialect.key, value), stage)
             if other != stage:
                 raise ValueError(f"{dialect.key}={value!r} is both {other} and {stage}")
-            by_stage[stage].setdefault(dialect.key, []).append(value)
+            by_stage[stage].setdefault((dialect.key, dialect.names, dialect.not_names), []).append(value)
+        named = _name_pattern(dialect.names, dialect.not_names)
+        for stage, endings in dialect.endings.items():
+            probes[stage].append(MatchRule(name=named, probe=ValueEndings(dialect.key, endings)))
+        for stage in BUILTIN_STAGES:
+            routes = tuple(
+                (host, api.stages[stage]) for api in dialect.routes if stage in api.stages for host in api.hosts
+            )
+            if routes:
+                probes[stage].append(MatchRule(name=named, kind=SpanKind.CLIENT, probe=UrlMatch(routes)))
     unless = tuple((entry.key, exact_values(entry.values)) for entry in not_calls if entry.scope is None)
     scoped = tuple(
         (compile_glob(entry.scope), ((entry.key, exact_values(entry.values)),))
@@ -391,12 +708,30 @@ def _compile(dialects: tuple[Dialect, ...], not_calls: tuple[NotACall, ...]) -> 
         if entry.scope is not None
     )
     return {
-        stage: tuple(
-            MatchRule(attributes=((key, exact_values(values)),), unless=unless, scoped_unless=scoped)
-            for key, values in keys.items()
+        stage: (
+            *(
+                MatchRule(
+                    name=_name_pattern(names, not_names),
+                    attributes=((key, exact_values(values)),),
+                    unless=unless,
+                    scoped_unless=scoped,
+                )
+                for (key, names, not_names), values in keys.items()
+            ),
+            *probes[stage],
         )
         for stage, keys in by_stage.items()
     }
+
+
+def _name_pattern(names: tuple[str, ...], not_names: tuple[str, ...]) -> re.Pattern[str] | None:
+    """A span-name pattern: one of ``names`` (any name when empty) and none of ``not_names``; None for any name."""
+    if not names and not not_names:
+        return None
+    pattern = "(?!" + "|".join(compile_glob(glob).pattern for glob in not_names) + ")" if not_names else ""
+    if names:
+        pattern += "(?:" + "|".join(compile_glob(glob).pattern for glob in names) + ")"
+    return re.compile(pattern)
 
 
 _BUILTIN = _compile(DIALECTS, NOT_CALLS)
@@ -422,6 +757,90 @@ GENERATION_VALUES: tuple[tuple[str, frozenset[str]], ...] = tuple(
     for dialect in DIALECTS
     if dialect.call_keys.generation
 )
+
+
+@dataclass(frozen=True, slots=True)
+class StopOrHandoff:
+    """A tool-call span that is an agent framework's bookkeeping, not a tool that ran.
+
+    ``kind``: ``stop`` (the loop's way to end), ``handoff`` (control passes to another
+    agent, which then runs outside the tool) or ``delegation`` (the tool runs another agent
+    inside it: that agent's tool calls are the work, counted each). ``name`` is the tool's
+    name as its spans carry it (``gen_ai.tool.name``, OpenInference's ``tool.name``,
+    OpenLLMetry's ``traceloop.entity.name``, else the span name less ``execute_tool `` and
+    ``.tool``); with ``prefix`` every name starting with it. With ``empty_arguments`` only a
+    call that carries no arguments is bookkeeping (a tool of yours with that name and
+    arguments still counts).
+    """
+
+    framework: str
+    kind: Literal["stop", "handoff", "delegation"]
+    name: str
+    evidence: str
+    prefix: bool = False
+    empty_arguments: bool = False
+
+
+# Agent frameworks' stop signals and handoffs written as tools: not counted as tool calls, and
+# the calls they hold count as if they were not there (a delegated agent's tools, one each).
+STOP_AND_HANDOFF: tuple[StopOrHandoff, ...] = (
+    StopOrHandoff(
+        "DSPy ReAct",
+        "stop",
+        "finish",
+        "dspy/predict/react.py: ReAct adds a `finish` tool with no arguments, which the model calls to end the loop",
+        empty_arguments=True,
+    ),
+    StopOrHandoff(
+        "smolagents",
+        "stop",
+        "final_answer",
+        "smolagents/default_tools.py: FinalAnswerTool (`final_answer`), the "
+        "call that ends a ToolCallingAgent's or CodeAgent's loop with the answer",
+    ),
+    StopOrHandoff(
+        "OpenAI Agents SDK, LangGraph supervisor and swarm, AutoGen AgentChat Swarm, Google ADK",
+        "handoff",
+        "transfer_to_",
+        "agents/handoffs (Handoff.default_tool_name: transfer_to_{agent}); langgraph-supervisor "
+        "handoff.py (create_handoff_tool: transfer_to_{agent}); autogen_agentchat.base.Handoff (transfer_to_{target}); "
+        "google.adk.tools.transfer_to_agent_tool (`transfer_to_agent`)",
+        prefix=True,
+    ),
+    StopOrHandoff(
+        "LangGraph supervisor",
+        "handoff",
+        "transfer_back_to_",
+        "langgraph-supervisor handoff.py (create_handoff_back_messages: transfer_back_to_{supervisor})",
+        prefix=True,
+    ),
+    StopOrHandoff(
+        "OpenAI Agents SDK + openinference-instrumentation-openai-agents",
+        "handoff",
+        "handoff to ",
+        "openinference openai_agents/_processor.py: a HandoffSpanData span is `handoff to {agent}`, kind TOOL",
+        prefix=True,
+    ),
+    StopOrHandoff(
+        "Strands Agents Swarm",
+        "handoff",
+        "handoff_to_agent",
+        "strands/multiagent/swarm.py: the swarm's coordination tool `handoff_to_agent`",
+    ),
+    StopOrHandoff(
+        "CrewAI",
+        "delegation",
+        "Delegate work to coworker",
+        "crewai/tools/agent_tools/delegate_work_tool.py: the coworker agent runs inside the tool",
+    ),
+    StopOrHandoff(
+        "CrewAI",
+        "delegation",
+        "Ask question to coworker",
+        "crewai/tools/agent_tools/ask_question_tool.py: the coworker agent runs inside the tool",
+    ),
+)
+
 
 # Stages whose independent calls could usually run concurrently.
 DEFAULT_PARALLELIZABLE: frozenset[str] = frozenset({"retrieval", "tool_calls"})
@@ -622,6 +1041,19 @@ def _invocations(dialects: tuple[Dialect, ...]) -> Mapping[str, frozenset[str]]:
 # key -> the values that say a span invokes an agent or a workflow, from DIALECTS.
 INVOCATIONS: Mapping[str, frozenset[str]] = _invocations(DIALECTS)
 _REQUEST_KINDS = (SpanKind.SERVER, SpanKind.CONSUMER)
+
+
+# The keys of INVOCATIONS: a span with none of them (one set operation) invokes nothing.
+INVOCATION_KEYS: frozenset[str] = frozenset(INVOCATIONS)
+
+
+def invokes(attributes: Mapping[str, object]) -> bool:
+    """Whether a span invokes an agent or a workflow (:data:`INVOCATIONS`)."""
+    for key in INVOCATION_KEYS.intersection(attributes):
+        value = attributes[key]
+        if value.__class__ is str and value in INVOCATIONS[key]:
+            return True
+    return False
 
 
 def plausible_request(kind: SpanKind, remote_parent: bool, attributes: Mapping[str, object]) -> bool:

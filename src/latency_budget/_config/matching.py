@@ -10,7 +10,8 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from opentelemetry.trace import SpanKind
 
@@ -20,7 +21,10 @@ __all__ = [
     "AttributeDecision",
     "GlobError",
     "MatchRule",
+    "Probe",
     "StageClassifier",
+    "UrlMatch",
+    "ValueEndings",
     "compile_glob",
     "exact_values",
 ]
@@ -69,6 +73,104 @@ def exact_values(values: Sequence[object]) -> frozenset[tuple[type, object]]:
 Conditions = tuple[tuple[str, frozenset[tuple[type, object]]], ...]
 
 
+class Probe(Protocol):
+    """A condition that reads a few keys in a way an exact value cannot say (a URL, a name's ending)."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys it reads: a span with none of them never satisfies it."""
+        ...
+
+    def holds(self, attributes: Mapping[str, object]) -> bool:
+        """Whether ``attributes`` satisfy it (values of the wrong type never do)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ValueEndings:
+    """A string value of ``key`` that ends with one of ``endings`` (a framework's class-name conventions)."""
+
+    key: str
+    endings: tuple[str, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def holds(self, attributes: Mapping[str, object]) -> bool:
+        value = attributes.get(self.key)
+        return value.__class__ is str and value.endswith(self.endings)
+
+
+@dataclass(frozen=True, slots=True)
+class UrlMatch:
+    """A condition on the URL an HTTP client span calls: a POST to one of ``routes``.
+
+    The URL is read from the first of ``keys`` the span carries (``url.full``, or the older
+    ``http.url``), the method from ``method_keys``. A route is a host and the path endings
+    that hold there: an exact host (``api.openai.com``), a host glob (``*.openai.azure.com``)
+    or ``*`` (any host). The query and fragment are not part of the path. Exact hosts cost
+    one dictionary probe; globs are tried in order; both are compiled once.
+    """
+
+    routes: tuple[tuple[str, tuple[str, ...]], ...]
+    keys: tuple[str, ...] = ("url.full", "http.url")
+    method_keys: tuple[str, ...] = ("http.request.method", "http.method")
+    by_host: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    globbed: tuple[tuple[re.Pattern[str], tuple[str, ...]], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_host: dict[str, tuple[str, ...]] = {}
+        globbed: list[tuple[re.Pattern[str], tuple[str, ...]]] = []
+        for host, endings in self.routes:
+            if any(c in host for c in "*?["):
+                globbed.append((compile_glob(host), endings))
+            else:
+                by_host[host] = by_host.get(host, ()) + endings
+        object.__setattr__(self, "by_host", by_host)
+        object.__setattr__(self, "globbed", tuple(globbed))
+
+    def holds(self, attributes: Mapping[str, object]) -> bool:
+        """Whether the span POSTs to one of the routes (values of the wrong type never match)."""
+        for key in self.method_keys:
+            method = attributes.get(key)
+            if method is not None:
+                if method != "POST":
+                    return False
+                break
+        else:
+            return False
+        for key in self.keys:
+            url = attributes.get(key)
+            if url is not None:
+                break
+        else:
+            return False
+        if url.__class__ is not str:
+            return False
+        _, separator, rest = url.partition("://")
+        if not separator:
+            return False
+        slash = rest.find("/")
+        if slash < 0:
+            return False
+        host = rest[:slash].rpartition("@")[2]
+        # An IPv6 literal keeps its brackets (never a named provider, still a route of any host).
+        host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
+        path = rest[slash:]
+        for mark in ("?", "#"):
+            cut = path.find(mark)
+            if cut >= 0:
+                path = path[:cut]
+        endings = self.by_host.get(host.lower())
+        if endings is not None and path.endswith(endings):
+            return True
+        for pattern, endings in self.globbed:
+            if pattern.match(host.lower()) is not None and path.endswith(endings):
+                return True
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class MatchRule:
     """One rule: every condition that is set must hold."""
@@ -90,6 +192,9 @@ class MatchRule:
     # They are settled once per resource, by :meth:`resolved`; a rule that still has them
     # has not been resolved and matches nothing.
     resource: Conditions = ()
+    # A condition no exact value can say (the built-in rules only): the URL an HTTP client
+    # span calls (UrlMatch), or how a value ends (ValueEndings).
+    probe: Probe | None = None
 
     def __post_init__(self) -> None:
         if (self.unless or self.scoped_unless) and not self.needs_attributes:
@@ -98,7 +203,16 @@ class MatchRule:
     @property
     def needs_attributes(self) -> bool:
         """Whether the rule's outcome depends on the span's attributes."""
-        return bool(self.attributes or self.exists)
+        return bool(self.attributes or self.exists or self.probe is not None)
+
+    @property
+    def gate(self) -> tuple[str, ...]:
+        """Keys one of which a span must carry for the rule to match (only for a rule that needs attributes)."""
+        if self.exists:
+            return self.exists[:1]
+        if self.attributes:
+            return (self.attributes[0][0],)
+        return self.probe.keys if self.probe is not None else ()
 
     def resolved(self, resource: Mapping[str, object]) -> MatchRule | None:
         """The rule for spans of ``resource``: without its resource conditions when they hold, else None."""
@@ -136,6 +250,8 @@ class MatchRule:
             if key not in attributes:
                 return False
         if self.attributes and not _holds(self.attributes, attributes):
+            return False
+        if self.probe is not None and not self.probe.holds(attributes):
             return False
         return not self.unless or not vetoed(self.unless, attributes)
 
@@ -189,23 +305,37 @@ class AttributeDecision:
     per distinct key: the earliest stage whose allowed values contain the span's value.
     Otherwise the rules are tried in order. A stage found through the index whose rules
     carry vetoes (``unless``) is checked against them; a vetoed answer is settled by
-    trying the rules in order, so a later rule can still match.
+    trying the rules in order, so a later rule can still match. Rules with a probe (the
+    built-in URL and class-name rows) sit beside the index: tried, in order, only on a span
+    that carries a key they read, and only when they would give an earlier stage than the index did.
     """
 
-    __slots__ = ("gate", "index", "keys", "rules", "veto_keys", "vetoes")
+    __slots__ = ("by_probe", "gate", "index", "keys", "rules", "veto_keys", "vetoes")
 
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
+        by_probe = tuple((stage, rule) for stage, rule in rules if rule.probe is not None)
         # A veto on a key's absence cannot be gated on the keys present: those rules are tried in order.
         simple = all(
-            len(rule.attributes) == 1 and not rule.exists and not any(ABSENT in values for _, values in rule.unless)
+            (
+                len(rule.attributes) == 1
+                and not rule.exists
+                and rule.probe is None
+                and not any(ABSENT in values for _, values in rule.unless)
+            )
+            or (rule.probe is not None and not rule.attributes and not rule.exists and not rule.unless)
             for _, rule in rules
         )
         # stage -> the vetoes its rules share (a stage whose rules differ in them: no index).
         shared: dict[int, Conditions] = {}
         for stage, rule in rules:
-            if shared.setdefault(stage, rule.unless) != rule.unless:
+            if rule.probe is None and shared.setdefault(stage, rule.unless) != rule.unless:
                 simple = False
+        # The probe rules beside the index (with no index, every rule is tried in order), each
+        # with the keys it reads: one that reads none of the keys present is not called.
+        self.by_probe: tuple[tuple[int, MatchRule, frozenset[str]], ...] = (
+            tuple((stage, rule, frozenset(rule.gate)) for stage, rule in by_probe) if simple else ()
+        )
         self.vetoes: dict[int, Conditions] | None = {stage: u for stage, u in shared.items() if u} or None
         # The keys of every veto: a span with none of them (nearly all) is checked by one set operation.
         self.veto_keys = frozenset(key for u in (self.vetoes or {}).values() for key, _ in u)
@@ -214,15 +344,15 @@ class AttributeDecision:
         if simple:
             by_key: dict[str, dict[tuple[type, object], int]] = {}
             for stage, rule in rules:
+                if rule.probe is not None:
+                    continue
                 key, allowed = rule.attributes[0]
                 table = by_key.setdefault(key, {})
                 for value in allowed:
                     table.setdefault(value, stage)  # rules are in order: keep the first stage
             self.index = by_key
         # Every rule requires at least one key; if none of these is present, nothing matches.
-        self.gate: frozenset[str] | None = frozenset(
-            rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in rules
-        )
+        self.gate: frozenset[str] | None = frozenset(key for _, rule in rules for key in rule.gate)
         # What the index reads of a span: its keys and the vetoes', found in one set operation.
         self.keys = self.gate | self.veto_keys
 
@@ -253,6 +383,12 @@ class AttributeDecision:
                 continue
             if stage >= 0 and (best < 0 or stage < best):
                 best = stage
+        if self.by_probe:
+            for stage, rule, reads in self.by_probe:  # in stage order: the first that holds is the earliest
+                if best >= 0 and stage >= best:
+                    break
+                if not reads.isdisjoint(present) and rule.probe.holds(attributes):  # type: ignore[union-attr]
+                    return stage  # a probe rule carries no vetoes
         if (
             best >= 0
             and self.vetoes is not None
@@ -293,9 +429,7 @@ class StageClassifier:
         # None when some rule matches on name, kind or scope alone (then classify).
         self.late_gate: frozenset[str] | None = None
         if all(rule.needs_attributes for _, rule in self._rules):
-            self.late_gate = frozenset(
-                rule.exists[0] if rule.exists else rule.attributes[0][0] for _, rule in self._rules
-            )
+            self.late_gate = frozenset(key for _, rule in self._rules for key in rule.gate)
         # Keyed by id(kind): SpanKind members are singletons, and hashing an Enum member
         # runs Python code, which costs more than the rest of the lookup.
         self._cache: dict[tuple[str, str, int], int | AttributeDecision] = {}
@@ -370,6 +504,7 @@ class _Ordered(AttributeDecision):
     def __init__(self, rules: tuple[tuple[int, MatchRule], ...]) -> None:
         self.rules = rules
         self.index = None
+        self.by_probe = ()
         self.gate = None  # the last rule holds whatever the attributes
         self.vetoes = None  # decide() below tries each rule whole, vetoes included
         self.veto_keys = frozenset()

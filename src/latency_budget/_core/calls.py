@@ -15,16 +15,30 @@ once; an embedding and the vector search that uses it are two kinds.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
-from latency_budget._config.genai_defaults import DIALECTS
+from latency_budget._config.genai_defaults import CALL_KEYS, DIALECTS, STOP_AND_HANDOFF, StopOrHandoff
+from latency_budget._core.call_facts import RawCall
 from latency_budget._core.critical_path import RecordedSpan
 
-__all__ = ["OPERATION_KEYS", "nested_calls", "operation_of"]
+__all__ = [
+    "ALMOST_ENTIRELY",
+    "MAX_TWIN_CANDIDATES",
+    "OPERATION_KEYS",
+    "bookkeeping_calls",
+    "call_facts",
+    "nested_calls",
+    "operation_of",
+    "repeated_operations",
+    "same_operation",
+    "stop_or_handoff",
+    "tool_name_of",
+]
 
 # The attributes that say which operation a GenAI span performs: every key of the dialect
-# table, in its order (the first a span carries is read).
-OPERATION_KEYS: tuple[str, ...] = tuple(dict.fromkeys(dialect.key for dialect in DIALECTS))
+# table whose values name stages, in its order (the first a span carries is read). The URL
+# of an HTTP client row is no operation: such a span's kind is its name.
+OPERATION_KEYS: tuple[str, ...] = tuple(dict.fromkeys(dialect.key for dialect in DIALECTS if dialect.values))
 
 
 def operation_of(name: str, attributes: Mapping[str, object]) -> str:
@@ -99,3 +113,213 @@ def _ancestor_stages(
         ancestry[child] = bits
         current = child
     return ancestry[index]
+
+
+# -- two spans, one operation ----------------------------------------------------------------
+
+# What names a call's target (a model, else a tool) and what says which request it was, in
+# every spelling of the dialect table (CALL_KEYS) plus the ids the conventions write.
+_TARGET_KEYS: tuple[str, ...] = (*CALL_KEYS.model, *CALL_KEYS.tool_name)
+# Facts that differ between two different calls: a response id, a tool call id, the output
+# length. Two spans that disagree on one are two calls.
+_DECISIVE_KEYS: tuple[tuple[str, ...], ...] = (
+    ("gen_ai.response.id",),
+    ("gen_ai.tool.call.id", "tool_call.id"),
+    CALL_KEYS.output_tokens,
+)
+# Facts that agree for one call but may be spelt differently by two instrumentations (input
+# tokens with or without the cache, arguments as each writes them): evidence only when equal.
+_SUPPORTING_KEYS: tuple[tuple[str, ...], ...] = (CALL_KEYS.input_tokens, CALL_KEYS.arguments)
+ALMOST_ENTIRELY = 0.9
+"""Two spans overlap almost entirely when their overlap is at least this share of the longer one."""
+
+MAX_TWIN_CANDIDATES = 16
+"""How many of the latest-started open spans of its stage a span is compared with (a bound, not a rule)."""
+
+Facts = tuple["str | None", tuple[object, ...], tuple[object, ...]]
+
+
+def call_facts(attributes: Mapping[str, object]) -> Facts:
+    """What identifies one call across instrumentations: its target, its decisive and its supporting facts."""
+    get = attributes.get
+    target = None
+    for key in _TARGET_KEYS:
+        value = get(key)
+        if value.__class__ is str and value:
+            target = value
+            break
+    return (
+        target,
+        tuple(_first_of(get, keys) for keys in _DECISIVE_KEYS),
+        tuple(_first_of(get, keys) for keys in _SUPPORTING_KEYS),
+    )
+
+
+def _first_of(get: Callable[[str], object], keys: tuple[str, ...]) -> object:
+    for key in keys:
+        value = get(key)
+        if value is not None and (value.__class__ is not int or value >= 0):
+            return value
+    return None
+
+
+def same_operation(a: tuple[int, int, Facts], b: tuple[int, int, Facts]) -> bool:
+    """Whether two same-stage spans, neither inside the other, describe one call.
+
+    ``a`` and ``b`` are (start, end, :func:`call_facts`). Either both name the same target,
+    overlap almost entirely (:data:`ALMOST_ENTIRELY` of the longer), disagree on no
+    decisive fact (response id, tool call id, output tokens) and agree on at least one fact;
+    or one names no target (an HTTP client span to a provider) and lies within the other
+    (the same share of its own length): the call the other describes.
+    """
+    (a_start, a_end, (a_target, a_decisive, a_supporting)) = a
+    (b_start, b_end, (b_target, b_decisive, b_supporting)) = b
+    overlap = min(a_end, b_end) - max(a_start, b_start)
+    if a_target is None or b_target is None:
+        if a_target is None and b_target is None:
+            return False
+        start, end = (a_start, a_end) if a_target is None else (b_start, b_end)
+        length = end - start
+        return overlap >= ALMOST_ENTIRELY * length if length > 0 else max(a_start, b_start) <= min(a_end, b_end)
+    if a_target != b_target:
+        return False
+    longer = max(a_end - a_start, b_end - b_start)
+    if longer > 0 and overlap < ALMOST_ENTIRELY * longer:
+        return False
+    if longer <= 0 and (a_start != b_start or a_end != b_end):
+        return False
+    agreed = False
+    for mine, theirs in zip(a_decisive, b_decisive, strict=True):
+        if mine is not None and theirs is not None:
+            if mine != theirs:
+                return False
+            agreed = True
+    if not agreed:
+        agreed = any(
+            mine is not None and mine == theirs for mine, theirs in zip(a_supporting, b_supporting, strict=True)
+        )
+    return agreed
+
+
+def _facts(
+    facts: dict[int, tuple[int, int, Facts]],
+    spans: Sequence[RecordedSpan],
+    attributes: Mapping[int, Mapping[str, object]],
+    index: int,
+) -> tuple[int, int, Facts]:
+    """``spans[index]``'s times and call facts, read once (memoised in ``facts``)."""
+    found = facts.get(index)
+    if found is None:
+        span_id, _, start, end, _ = spans[index]
+        recorded = attributes.get(span_id)
+        found = facts[index] = (start, end, call_facts(recorded) if recorded is not None else (None, (), ()))
+    return found
+
+
+def _find(parent: dict[int, int], i: int) -> int:
+    """The root of ``i``'s group (union-find, halving the path)."""
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def repeated_operations(
+    root_id: int,
+    spans: Sequence[RecordedSpan],
+    skip: Collection[int],
+    attributes: Mapping[int, Mapping[str, object]],
+    stages: Collection[int],
+) -> set[int]:
+    """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
+
+    Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
+    :func:`same_operation` links pairs of one stage; each linked group is one call, kept at
+    its earliest span (by start, end, then span id) and the others returned. ``attributes``
+    gives a recorded stage span's attributes by span id. Only spans that overlap are
+    compared (a sweep in start order), so sequential calls cost a sort; a span is compared
+    with at most :data:`MAX_TWIN_CANDIDATES` of the latest-started spans still open (more
+    than that many calls of one stage started at once: a twin among the earlier ones is
+    not sought, and counts as a call of its own).
+    """
+    by_stage: dict[int, list[int]] = {}
+    for index, span in enumerate(spans):
+        if span[4] >= 0 and span[4] in stages and span[0] != root_id and index not in skip:
+            by_stage.setdefault(span[4], []).append(index)
+    repeated: set[int] = set()
+    for positions in by_stage.values():
+        if len(positions) < 2:
+            continue
+        positions.sort(key=lambda i: (spans[i][2], spans[i][3], spans[i][0]))
+        parent = {i: i for i in positions}
+        order = {i: rank for rank, i in enumerate(positions)}
+
+        facts: dict[int, tuple[int, int, Facts]] = {}  # read only for spans that overlap enough
+        active: list[int] = []
+        for i in positions:
+            _, _, start, end, _ = spans[i]
+            # Twins start within a hair of each other: each span is compared with the latest
+            # MAX_TWIN_CANDIDATES spans still open, so a fan-out of thousands stays linear.
+            active = [j for j in active[-MAX_TWIN_CANDIDATES:] if spans[j][3] >= start]
+            for j in active:
+                # Both ways of being one call need this much overlap: read the facts only then.
+                overlap = min(end, spans[j][3]) - start
+                if overlap < 0 or overlap < ALMOST_ENTIRELY * min(end - start, spans[j][3] - spans[j][2]):
+                    continue
+                if same_operation(_facts(facts, spans, attributes, j), _facts(facts, spans, attributes, i)):
+                    first, second = _find(parent, j), _find(parent, i)
+                    if order[second] < order[first]:
+                        first, second = second, first
+                    parent[second] = first  # a group's root is its earliest span
+            active.append(i)
+        for i in positions:  # in order: the first of each group is its root's representative
+            if _find(parent, i) != i:
+                repeated.add(i)
+    return repeated
+
+
+# -- bookkeeping written as tools --------------------------------------------------------------
+
+_TOOL_NAME_KEYS: tuple[str, ...] = (*CALL_KEYS.tool_name, "traceloop.entity.name")
+_ARGUMENT_KEYS: tuple[str, ...] = ("gen_ai.tool.call.arguments", "input.value", "traceloop.entity.input")
+_EXACT: Mapping[str, StopOrHandoff] = {row.name: row for row in STOP_AND_HANDOFF if not row.prefix}
+_PREFIXES: tuple[StopOrHandoff, ...] = tuple(row for row in STOP_AND_HANDOFF if row.prefix)
+_PREFIX_NAMES: tuple[str, ...] = tuple(row.name for row in _PREFIXES)
+# What an empty call's arguments look like as the instrumentations write them (JSON, spaces removed).
+_EMPTY_ARGUMENTS = frozenset({"", "{}", "[]", "null", '{"args":[],"kwargs":{}}'})
+
+
+def tool_name_of(name: str, attributes: Mapping[str, object]) -> str:
+    """The tool a tool-call span ran: its tool-name attribute, else its span name less the dialects' decorations."""
+    for key in _TOOL_NAME_KEYS:
+        value = attributes.get(key)
+        if value.__class__ is str and value:
+            return value
+    if name.startswith("execute_tool "):
+        return name[len("execute_tool ") :]
+    return name.removesuffix(".tool")
+
+
+def stop_or_handoff(name: str, attributes: Mapping[str, object]) -> StopOrHandoff | None:
+    """The :data:`STOP_AND_HANDOFF` row a tool-call span is, or None for a tool that did work."""
+    tool = tool_name_of(name, attributes)  # OpenInference's handoff span has no tool name: its span name
+    row = _EXACT.get(tool)
+    if row is None and tool.startswith(_PREFIX_NAMES):
+        row = next(entry for entry in _PREFIXES if tool.startswith(entry.name))
+    if row is not None and row.empty_arguments:
+        for key in _ARGUMENT_KEYS:
+            value = attributes.get(key)
+            if value is not None:
+                if value.__class__ is not str or "".join(value.split()) not in _EMPTY_ARGUMENTS:
+                    return None
+                break
+    return row
+
+
+def bookkeeping_calls(calls: Sequence[RawCall], names: Mapping[int, str], stage: str) -> set[int]:
+    """Span ids of the ``stage`` calls (tool calls) that are a framework's stop signal, handoff or delegation."""
+    found: set[int] = set()
+    for span_id, call_stage, _, _, _, attributes in calls:
+        if call_stage == stage and stop_or_handoff(names.get(span_id, ""), attributes) is not None:
+            found.add(span_id)
+    return found

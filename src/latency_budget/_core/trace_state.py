@@ -15,11 +15,17 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from latency_budget._attributes import STAGE
-from latency_budget._config.genai_defaults import TOOL_CALLS_ONLY, plausible_request
+from latency_budget._config.genai_defaults import (
+    INVOCATION_KEYS,
+    REQUEST_STAGES,
+    TOOL_CALLS_ONLY,
+    invokes,
+    plausible_request,
+)
 from latency_budget._config.model import BudgetConfig, BudgetSet
 from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_length, evaluate, union_length
 from latency_budget._core.call_facts import Call, RawCall, recorded_calls
-from latency_budget._core.calls import nested_calls, operation_of
+from latency_budget._core.calls import bookkeeping_calls, nested_calls, operation_of, repeated_operations
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
@@ -36,6 +42,8 @@ _NONE: frozenset[int] = frozenset()
 # stage span of theirs, streamed or not; other spans' attributes say it, read when the root ends.
 _EVENT_SCOPES = frozenset(row.scope for row in TOOL_CALLS_ONLY if row.event is not None and row.scope is not None)
 Interval = tuple[int, int]
+_NO_INVOCATION = INVOCATION_KEYS.isdisjoint  # bound once: a span with none of the keys invokes nothing
+_TOOL_STAGE = "tool_calls"  # the stage whose bookkeeping spans (STOP_AND_HANDOFF) are left out
 
 
 def is_local_root(parent_id: int | None, parent_is_remote: bool, parent_recorded: bool = True) -> bool:
@@ -74,6 +82,7 @@ class TraceState:
         "finished",
         "first_tokens",
         "inner_calls",
+        "invoked",
         "last_seen",
         "lock",
         "max_spans",
@@ -138,6 +147,8 @@ class TraceState:
         # Stage spans past max_spans: exact counters per stage (under lock).
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
+        # Whether a recorded span below the root invokes an agent or a workflow (a request, by default).
+        self.invoked = False
         self.last_seen = root_start  # span timestamps, not wall-clock reads
         self.referenced = True
         self.truncated = False
@@ -176,6 +187,9 @@ class TraceState:
         stage = config.stage_index.get(named, -1) if named.__class__ is str else -1
         if stage < 0 and ((gate := config.classifier.late_gate) is None or not gate.isdisjoint(attributes)):
             stage = config.classifier.classify(name, kind, scope, attributes)
+            # Only a span with a dialect key gets here: one in no stage may invoke an agent.
+            if stage < 0 and not self.invoked and not _NO_INVOCATION(attributes) and invokes(attributes):
+                self.invoked = True
         self.referenced = True
         self.last_seen = end
         spans = self.spans
@@ -235,16 +249,19 @@ class TraceState:
 
         Always true when the budget file's ``requests`` decides instead (or it has no
         ``model_call`` stage). Otherwise: when the root is plausibly a request by itself
-        (``genai_defaults.plausible_request``), or when it contains a model call.
+        (``genai_defaults.plausible_request``), or when it contains a model call or a tool
+        call (``REQUEST_STAGES``), or a span that invokes an agent or a workflow.
         """
         stage = self.config.default_rule_stage
-        if stage < 0 or plausible_request(kind, remote_parent, attributes):
+        if stage < 0 or self.invoked or plausible_request(kind, remote_parent, attributes):
             return True
+        index = self.config.stage_index
+        wanted = {index[name] for name in REQUEST_STAGES if name in index}
         for span in self.spans:
-            if span[4] == stage:
+            if span[4] in wanted:
                 return True
         overflow = self.overflow
-        return overflow is not None and overflow[stage] is not None
+        return overflow is not None and any(overflow[i] is not None for i in wanted)
 
     def call_kinds(self) -> dict[int, str]:
         """What kind of call each recorded stage span but the root is (see calls.py), for hints."""
@@ -274,6 +291,11 @@ class TraceState:
         spans = self.spans[:]
         stages = self.budgets.stages
         stage_count = len(stages)
+        # What ran, not what was called a tool: a framework's stop signal, handoff or delegation
+        # (STOP_AND_HANDOFF) is in no stage for the account; the calls inside a delegation count.
+        skipped = bookkeeping_calls(self.calls, self.names, _TOOL_STAGE) if self.calls else _NONE
+        if skipped:
+            spans = [(s[0], s[1], s[2], s[3], -1) if s[0] in skipped else s for s in spans]
         intervals: list[list[Interval] | None] = [None] * stage_count
         repeated = False
         for _, _, start, end, stage in spans:
@@ -320,6 +342,8 @@ class TraceState:
         calls: Sequence[Call] = ()
         if self.calls:
             inner = self.inner_calls
+            if skipped:
+                inner = {*inner, *skipped}
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
             calls = recorded_calls(raw, self.tools_only or _NONE)
         first_token_ms = None
@@ -349,6 +373,11 @@ class TraceState:
         """The positions in ``spans`` of stage spans nested in a call of their stage (their ids: ``inner_calls``)."""
         repeated = {index for index, found in enumerate(intervals) if found is not None and len(found) > 1}
         nested = nested_calls(self.root_id, spans, repeated)
+        # One real operation, one call: two instrumentations' spans of one call side by side.
+        attributes = {call[0]: call[5] for call in self.calls[:]}
+        twins = repeated_operations(self.root_id, spans, nested, attributes, repeated)
+        if twins:
+            nested = nested | twins if nested else twins
         self.inner_calls = {spans[index][0] for index in nested} if nested else _NONE
         return nested
 

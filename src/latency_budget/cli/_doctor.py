@@ -325,7 +325,9 @@ def _builtin_yaml(config: BudgetConfig, stage: str) -> list[dict[str, Any]]:
     builtin = builtin_rules(stage)
     if builtin is None or (index is not None and config.stages[index].rules != builtin):
         return []
-    return [_rule_yaml(rule) for rule in builtin]
+    # A rule on a URL, a value's ending or a span-name pattern (the general conventions' rows)
+    # has no budget-file spelling: it is left out of what is written.
+    return [_rule_yaml(rule) for rule in builtin if rule.probe is None and rule.name is None]
 
 
 def _rule_yaml(rule: MatchRule) -> dict[str, Any]:

@@ -1,0 +1,124 @@
+"""One real operation, one call (issue 45 item 2), held against a slow, obvious oracle.
+
+Random same-stage sibling spans (times, model, response id, token counts) through a real
+pipeline: the model-call count is the number of groups that the definition of "the same
+operation" links (compared on every pair, grouped by search), and the stage's wall-clock
+time is the union of every span, twins included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from latency_budget import _attributes as attr
+from latency_budget._core.calls import ALMOST_ENTIRELY
+
+from .helpers import at, pipeline
+
+
+@dataclass(frozen=True)
+class Drawn:
+    start: int  # ms
+    end: int
+    model: str | None
+    response_id: str | None
+    output_tokens: int | None
+    input_tokens: int | None
+
+    def attributes(self) -> dict[str, object]:
+        found: dict[str, object] = {"gen_ai.operation.name": "chat"}
+        for key, value in (
+            ("gen_ai.request.model", self.model),
+            ("gen_ai.response.id", self.response_id),
+            ("gen_ai.usage.output_tokens", self.output_tokens),
+            ("gen_ai.usage.input_tokens", self.input_tokens),
+        ):
+            if value is not None:
+                found[key] = value
+        return found
+
+
+@st.composite
+def drawn(draw: st.DrawFn) -> Drawn:
+    start = draw(st.sampled_from([0, 0, 1, 2, 10, 30]))
+    return Drawn(
+        start,
+        start + draw(st.sampled_from([0, 1, 10, 10, 20])),
+        draw(st.sampled_from([None, "m1", "m2"])),
+        draw(st.sampled_from([None, "r1", "r2"])),
+        draw(st.sampled_from([None, 5, 6])),
+        draw(st.sampled_from([None, 10, 11])),
+    )
+
+
+def oracle_same(a: Drawn, b: Drawn) -> bool:
+    """The definition, read plainly (docs: "How two instrumentations of one call are counted")."""
+    overlap = min(a.end, b.end) - max(a.start, b.start)
+    if a.model is None and b.model is None:
+        return False
+    if a.model is None or b.model is None:  # a span naming nothing, within one that names a model
+        anonymous = a if a.model is None else b
+        length = anonymous.end - anonymous.start
+        return overlap >= ALMOST_ENTIRELY * length if length > 0 else overlap >= 0
+    if a.model != b.model:
+        return False
+    longer = max(a.end - a.start, b.end - b.start)
+    if longer == 0 and (a.start, a.end) != (b.start, b.end):
+        return False
+    if longer > 0 and overlap < ALMOST_ENTIRELY * longer:
+        return False
+    decisive = [(a.response_id, b.response_id), (a.output_tokens, b.output_tokens)]
+    if any(x is not None and y is not None and x != y for x, y in decisive):
+        return False
+    supporting = [*decisive, (a.input_tokens, b.input_tokens)]
+    return any(x is not None and x == y for x, y in supporting)
+
+
+def oracle_groups(spans: list[Drawn]) -> int:
+    """Connected groups of the same-operation relation, by search over every pair."""
+    seen: set[int] = set()
+    groups = 0
+    for first in range(len(spans)):
+        if first in seen:
+            continue
+        groups += 1
+        todo = [first]
+        seen.add(first)
+        while todo:
+            i = todo.pop()
+            for j in range(len(spans)):
+                if j not in seen and oracle_same(spans[i], spans[j]):
+                    seen.add(j)
+                    todo.append(j)
+    return groups
+
+
+def union_ms(spans: list[Drawn]) -> float:
+    covered = 0
+    last = None
+    for start, end in sorted((s.start, s.end) for s in spans):
+        if last is None or start > last:
+            covered += end - start
+            last = end
+        elif end > last:
+            covered += end - last
+            last = end
+    return float(covered)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(drawn(), min_size=1, max_size=7))
+def test_model_calls_are_the_groups_of_the_same_operation_and_the_union_keeps_every_span(spans: list[Drawn]) -> None:
+    """Count = the oracle's groups; actual_ms = the union of every span; busy_ms never counts a twin twice."""
+    p = pipeline("version: 1\ntotal_ms: 60000\n")
+    root = p.start("request", 0)
+    for i, span in enumerate(spans):
+        p.run(f"call {i}", span.start, span.end, parent=root, attributes=span.attributes())  # type: ignore[arg-type]
+    root.end(end_time=at(100))
+    attributes = dict(p.span("request").attributes or {})
+    assert attributes[attr.stage_key("model_call", "count")] == oracle_groups(spans)
+    assert attributes[attr.stage_key("model_call", "actual_ms")] == union_ms(spans)
+    assert attributes[attr.stage_key("model_call", "busy_ms")] <= sum(s.end - s.start for s in spans)
