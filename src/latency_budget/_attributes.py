@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "ACTUAL_MS",
+    "AGENT_INFERENCE_CALLS",
+    "AGENT_TOOL_CALLS",
     "BUDGET_MS",
     "CALLS",
     "CONTRACT_VERSION",
@@ -20,6 +22,14 @@ __all__ = [
     "HINT_SPAN_COUNT",
     "HINT_SPAN_IDS",
     "HINT_SPAN_NAMES",
+    "INFERENCE_BEFORE_FIRST_TOKEN_MS",
+    "INFERENCE_CLIENT_CALLS",
+    "INFERENCE_GENERATION_MS",
+    "INFERENCE_OUTPUT_TOKENS_PER_S",
+    "INFERENCE_OVERHEAD_MS",
+    "INFERENCE_PROMPT_MS",
+    "INFERENCE_QUEUE_MS",
+    "INFERENCE_SERVER_CALLS",
     "KIND",
     "MAX_CALLS",
     "OVER_BUDGET_STAGES",
@@ -47,8 +57,10 @@ __all__ = [
 # "total." (TOTAL_FIRST_TOKEN_MS), the stage budget on stage spans as STAGE_BUDGET_MS,
 # a stage's worst time to first token as stages.<stage>.worst_first_token_ms, "total"
 # in OVER_BUDGET_STAGES / WARN_STAGES, hints that name their spans, values in ms rounded
-# to microseconds, events stamped where Jaeger shows them.
-CONTRACT_VERSION = 2
+# to microseconds, events stamped where Jaeger shows them. 3: where the model calls' time
+# went, under "inference." (INFERENCE_*), and an agent's own call counts where they
+# disagree with the counted calls (AGENT_*); nothing of version 2 changed.
+CONTRACT_VERSION = 3
 
 PREFIX = "latency_budget."
 TOTAL = "total"  # the "stage" of the request-level budgets (total_ms, first_token_ms)
@@ -74,6 +86,27 @@ PROFILE = "latency_budget.profile"
 TRUNCATED = "latency_budget.truncated"
 UNATTRIBUTED_MS = "latency_budget.unattributed_ms"
 CRITICAL_STAGE = "latency_budget.critical_stage"
+
+# On the local root, where its model calls' time went (summed over them; see
+# _core/inference.py): calls traced by the inference server too (vLLM, SGLang) and by the
+# client only, then milliseconds of network and client overhead, queueing and prompt
+# processing (server-traced calls), before the first token (client-only calls: the three
+# together), generation (both), and the output rate over generation.
+INFERENCE_SERVER_CALLS = "latency_budget.inference.server_calls"
+INFERENCE_CLIENT_CALLS = "latency_budget.inference.client_calls"
+INFERENCE_OVERHEAD_MS = "latency_budget.inference.overhead_ms"
+INFERENCE_QUEUE_MS = "latency_budget.inference.queue_ms"
+INFERENCE_PROMPT_MS = "latency_budget.inference.prompt_ms"
+INFERENCE_BEFORE_FIRST_TOKEN_MS = "latency_budget.inference.before_first_token_ms"
+INFERENCE_GENERATION_MS = "latency_budget.inference.generation_ms"
+INFERENCE_OUTPUT_TOKENS_PER_S = "latency_budget.inference.output_tokens_per_s"
+
+# On the local root, when the root carries an agent's own counts of its calls (the
+# conventions' gen_ai.invoke_agent.inference_calls and .tool_calls, which GitHub Copilot's
+# CLI writes on its spans) and they differ from the calls counted in model_call or
+# tool_calls: the agent's count, so that the disagreement shows (one of the two is wrong).
+AGENT_INFERENCE_CALLS = "latency_budget.agent.inference_calls"
+AGENT_TOOL_CALLS = "latency_budget.agent.tool_calls"
 
 # The span event for each place where time could be won.
 HINT_EVENT = "latency_budget.hint"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -34,7 +35,7 @@ from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import root_annotation, stage_span_attributes
 from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState
+from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, TraceState
 from latency_budget._sdk_internals import (
     IS_REMOTE,
     SPAN_ID,
@@ -56,8 +57,10 @@ __all__ = ["LatencyBudgetProcessor", "ProcessorStats", "ReportCallback"]
 ReportCallback = Callable[[TraceReport], object]
 """What ``on_report`` takes: a callable given each finished trace's report (its return value is ignored)."""
 # What _end gives when a span is forwarded as an annotated copy: the copy, and the
-# trace's report when the span is its local root.
-Annotated = tuple[ReadableSpan, "TraceReport | None"]
+# trace's report when the span is its local root; or (None, None) for a local root held
+# back for its late children (forwarded when they end or the bound passes).
+Annotated = tuple["ReadableSpan | None", "TraceReport | None"]
+_HOLD: Annotated = (None, None)
 # An ended stage span or local root as _end_root and _span_attributes read it: (name, kind,
 # scope name, start ns, end ns, attributes). A plain tuple, built only for those spans: a
 # NamedTuple costs about 4,200 instructions more each under callgrind (CPython 3.11).
@@ -98,6 +101,23 @@ class LatencyBudgetProcessor(SpanProcessor):
     keeps the last good budgets and logs its error once. Reading never blocks (a FIFO or
     a device is refused). :meth:`reload_now` checks at once (from a SIGHUP handler,
     say); :meth:`shutdown` stops the thread.
+
+    Late children: when a local root ends while stage spans that started under it are
+    still open, its judgment (and its annotated copy) waits for them, up to
+    ``late_span_wait_ms``: a child that ends within that many milliseconds after the root
+    (span timestamps) is counted, up to the root's end. The root is held, never waited
+    for: it is judged and forwarded, exactly once, from the thread that ends its last
+    open child, or, once the bound has passed in span time or in wall-clock time, when a
+    local root next starts or ends, at :meth:`force_flush` or at :meth:`shutdown` (judged
+    without the children still open, counted in ``stats().late_spans_missed``). 0 turns
+    the wait off: every root is judged when it ends.
+
+    ``late_span_grace_ms`` (default 0: off) holds every local root that long, in
+    wall-clock time, whether or not a child is open, for instrumentations that start
+    their spans after the call they describe (LiteLLM's callback writes `litellm_request`
+    after the call, with its times): a span of the trace that starts and ends meanwhile,
+    within the root's times, is counted. The root is released as above (no timer runs:
+    in a quiet process it waits for the next span end, flush or shutdown).
     """
 
     def __init__(
@@ -110,9 +130,22 @@ class LatencyBudgetProcessor(SpanProcessor):
         max_spans_per_trace: int = 1_000,
         idle_ttl_s: float = 300.0,
         reload_interval_s: float | None = None,
+        late_span_wait_ms: float = LATE_SPAN_BOUND_MS,
+        late_span_grace_ms: float = 0.0,
     ) -> None:
         if max_active_traces < 1 or max_spans_per_trace < 1 or not idle_ttl_s > 0:
             raise ValueError("max_active_traces, max_spans_per_trace and idle_ttl_s must be positive")
+        if not late_span_wait_ms >= 0 or not late_span_grace_ms >= 0:
+            raise ValueError("late_span_wait_ms and late_span_grace_ms must be zero or positive")
+        self._late_ns = int(late_span_wait_ms * 1e6)
+        self._grace_ns = int(late_span_grace_ms * 1e6)
+        # Every held root waits as long (so the held roots are in deadline order).
+        self._hold_ns = max(self._late_ns, self._grace_ns)
+        # Local roots held back for their late children, oldest (earliest deadline) first,
+        # and those found ready (their last open child ended), under the table's lock.
+        self._held: dict[TraceState, None] = {}
+        self._ready: list[TraceState] = []
+        self._late_spans = self._late_missed = 0
         self._reload_interval = reload_interval(reload_interval_s)
         self._config, self._watcher = watch_budgets(budgets, self._use_config)
         if isinstance(downstream, SpanExporter):
@@ -179,7 +212,12 @@ class LatencyBudgetProcessor(SpanProcessor):
     def stats(self) -> ProcessorStats:
         """Counters: active traces, evictions by LRU and idle TTL, reports, truncated traces,
         and spans that look like AI calls but are in no stage."""
-        return replace(self._table.stats(), unstaged_ai_spans=self._unstaged_ai)
+        return replace(
+            self._table.stats(),
+            unstaged_ai_spans=self._unstaged_ai,
+            late_spans=self._late_spans,
+            late_spans_missed=self._late_missed,
+        )
 
     def _count_unstaged_ai(self, name: str, attributes: Mapping[str, Any]) -> None:
         """Count a span that looks like an AI call but is in no stage; the first one of the process is named."""
@@ -217,7 +255,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._forward_start(span, parent_context)
 
     def on_end(self, span: ReadableSpan) -> None:
-        forward = span
+        forward: ReadableSpan | None = span
         report = None
         try:
             ctx = context_of(span)
@@ -232,19 +270,70 @@ class LatencyBudgetProcessor(SpanProcessor):
                 _wrong_type("on_end", span)
                 return
             _guard.log_internal_error("on_end", exc)
-        self._forward_end(forward)
+        if forward is not None:  # None: a local root held back for its late children
+            self._forward_end(forward)
         if report is not None:
-            for callback in self._on_report:
-                try:
-                    callback(report)
-                except Exception as exc:
-                    _guard.log_once(
-                        ("on_report", type(exc), getattr(callback, "__qualname__", type(callback).__qualname__)),
-                        logging.ERROR,
-                        "latency_budget: on_report callback %r raised %r; ignored (logged once)",
-                        callback,
-                        exc,
-                    )
+            self._tell(report)
+
+    def _tell(self, report: TraceReport) -> None:
+        """Give a finished trace's report to each ``on_report`` callback; their exceptions are logged once."""
+        for callback in self._on_report:
+            try:
+                callback(report)
+            except Exception as exc:
+                _guard.log_once(
+                    ("on_report", type(exc), getattr(callback, "__qualname__", type(callback).__qualname__)),
+                    logging.ERROR,
+                    "latency_budget: on_report callback %r raised %r; ignored (logged once)",
+                    callback,
+                    exc,
+                )
+
+    def _release(self, *, everything: bool) -> None:
+        """Judge and forward the held roots that are ready, whose deadline passed, or (``everything``) all.
+
+        Each is taken out of the held roots under the lock, so exactly one caller forwards it.
+        """
+        due: list[TraceState] = []
+        try:
+            now = time.monotonic_ns()
+            with self._table.lock:
+                held = self._held
+                ready = self._ready
+                while ready:  # pop, not clear: a thread may append meanwhile, without the lock
+                    state = ready.pop()
+                    if state in held:
+                        del held[state]
+                        due.append(state)
+                for state in list(held):
+                    if not everything and state.deadline > now:
+                        break  # held in deadline order: the rest are later
+                    del held[state]
+                    due.append(state)
+        except Exception as exc:
+            _guard.log_internal_error("late spans", exc)
+        for state in due:
+            self._judge_held(state)
+
+    def _judge_held(self, state: TraceState) -> None:
+        """Judge a held root with the children that ended in time, and forward its copy (the root itself on error)."""
+        assert state.held is not None
+        root, stage, ended = state.held
+        forward: ReadableSpan | None = root
+        report = None
+        try:
+            missed = _still_open(state)
+            if missed:
+                self._late_missed += missed  # unlocked: a lost update only undercounts a diagnostic
+            annotated = self._end_root(root, state, stage, ended)
+            if annotated is not None:
+                forward, report = annotated
+        except Exception as exc:
+            _guard.log_internal_error("on_end", exc)
+        if forward is not None:
+            self._forward_end(forward)
+        if report is not None:
+            self._tell(report)
 
     def shutdown(self) -> None:
         """Stop accounting and reloading, and shut the downstream processor down; a second call does nothing.
@@ -256,6 +345,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._shutdown = True
         self.on_start = self._passed_start  # type: ignore[method-assign]
         self.on_end = self._passed_end  # type: ignore[method-assign]
+        self._release(everything=True)  # held roots first: downstream still takes them
         if self._watcher is not None:
             self._watcher.stop()
         try:
@@ -268,6 +358,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         if not isinstance(timeout_millis, int | float):
             _wrong_type("force_flush", timeout_millis, "a timeout in milliseconds")
             return False
+        if self._held:
+            self._release(everything=True)  # judged without the children still open
         try:
             return self._downstream.force_flush(timeout_millis)
         except Exception as exc:
@@ -323,6 +415,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         stage = state.config.classifier.classify(name, kind, scope, attributes)
         if stage >= 0:
             set_label(span, state.budgets.stages[stage].label)
+            state.opened.append(ctx[SPAN_ID])  # a late child, should the root end first
 
     def _start_root(
         self,
@@ -334,6 +427,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         start: int,
         attributes: Mapping[str, Any],
     ) -> None:
+        if self._held:  # roots held for late children whose wall-clock bound has passed: released here
+            self._release(everything=False)
         config = self._config
         if config.resource_keys:  # rules that read the resource: settled for this provider's, once
             config = config.for_resource(span.resource.attributes)
@@ -366,18 +461,66 @@ class LatencyBudgetProcessor(SpanProcessor):
         start = start or 0
         end = end or start
         parent_id = parent[SPAN_ID] if parent is not None else None
+        if state.held is not None:  # its root ended, held back for its late children
+            return self._end_late(span, span_id, parent_id, state, name, kind, scope, start, end, attributes)
         stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
+            if self._held:  # other roots held for late children whose wall-clock bound has passed
+                self._release(everything=False)
             if state.config.default_rule_stage >= 0 and not state.judged_by_default(
                 kind, parent is not None, attributes
             ):
                 self._table.drop(state)  # start-up work, by the default requests rule: not judged
                 return None
-            return self._end_root(span, state, stage, (name, kind, scope, start, end, attributes))
+            ended = (name, kind, scope, start, end, attributes)
+            if self._grace_ns or (self._late_ns and state.opened and _still_open(state)):
+                self._hold(span, state, stage, ended)
+                return _HOLD
+            return self._end_root(span, state, stage, ended)
         if stage < 0:  # the common case: recorded, forwarded untouched
             if (_MODEL_KEY in attributes or _MODEL_NAME_KEY in attributes) and looks_like_a_call(attributes):
                 self._count_unstaged_ai(name, attributes)
             return None
+        state.closed.append(span_id)  # no longer open, had it started as a stage span
+        extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
+        return (annotated_copy(span, extra), None) if extra else None
+
+    def _hold(self, root: ReadableSpan, state: TraceState, stage: int, ended: Ended) -> None:
+        """Hold a local root back (its trace stays open) until its open stage children end or the bound passes."""
+        state.held = (root, stage, ended)
+        state.deadline = time.monotonic_ns() + self._hold_ns
+        with self._table.lock:
+            self._held[state] = None
+
+    def _end_late(
+        self,
+        span: ReadableSpan,
+        span_id: int,
+        parent_id: int | None,
+        state: TraceState,
+        name: str,
+        kind: SpanKind,
+        scope: str,
+        start: int,
+        end: int,
+        attributes: Mapping[str, Any],
+    ) -> Annotated | None:
+        """Record a span that ended after its held root: counted (up to the root's end) when within the bound."""
+        assert state.held is not None
+        root_end = state.held[2][4]
+        if start > root_end or end > root_end + self._late_ns:
+            # Past the bound (span time): the root is judged now, without it and the others still open.
+            self._ready.append(state)
+            self._release(everything=False)
+            return None
+        stage = state.end_span(span_id, parent_id, name, kind, scope, start, min(end, root_end), attributes, span)
+        if stage < 0:
+            return None
+        self._late_spans += 1  # unlocked: a lost update only undercounts a diagnostic
+        state.closed.append(span_id)
+        if not self._grace_ns and not _still_open(state):
+            self._ready.append(state)  # its last open child: judge it now (with a grace, at its deadline)
+        self._release(everything=False)  # this one if ready, and any whose wall-clock bound passed
         extra = stage_span_attributes(state, stage, name, kind, scope, start, end, attributes)
         return (annotated_copy(span, extra), None) if extra else None
 
@@ -400,6 +543,13 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _reset_after_fork(self) -> None:
         # The child starts with no traces in flight: the parent's spans end in the parent.
         self._table.reset_after_fork()
+        self._held.clear()
+        self._ready.clear()
+
+
+def _still_open(state: TraceState) -> int:
+    """How many stage spans that started under the trace's root have not ended (read when the root ends)."""
+    return len(set(state.opened).difference(state.closed))
 
 
 def _wrong_type(hook: str, value: object, expected: str = "an OpenTelemetry SDK span") -> None:

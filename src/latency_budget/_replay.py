@@ -24,8 +24,9 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
+from latency_budget._core.inference import SERVER_E2E, ServerSpan
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import TraceState, is_local_root
+from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, TraceState, is_local_root
 
 __all__ = ["JudgedRoot", "Recorded", "SpanRecord", "evaluate_spans", "judge_roots", "record_of"]
 
@@ -119,7 +120,8 @@ def evaluate_spans(
     """One report per local root among ``spans`` that is a request, ordered by the root's start time.
 
     A span whose parent is absent from the recording is treated as a local root. As in
-    the live processor, spans that end after their local root are not counted, and
+    the live processor, spans that end after their local root are counted only when they
+    started before it ended and ended within ``LATE_SPAN_BOUND_MS`` of its end, and
     whether the root is a request (the budget file's ``requests``) and its profile are
     decided from the root's name, kind and attributes (here, its final ones). With
     ``every_root``, every local root is judged, whatever ``requests`` says.
@@ -194,7 +196,9 @@ def judge_roots(
         for key, span in by_id.items():
             members.setdefault(local_root(key), []).append(span)
 
+    servers = _server_spans(by_id)
     judged: list[JudgedRoot] = []
+    late_ns = int(LATE_SPAN_BOUND_MS * 1e6)
     unshared = nullcontext()  # one thread: the overflow counters need no lock
     resolve = config.for_resource if config.resource_keys else None
     for root_key, root in sorted(roots.items(), key=lambda item: (item[1].start_ns, item[0])):
@@ -205,9 +209,13 @@ def judge_roots(
         state = TraceState(
             root_config, budgets, root.span_id, root.start_ns, root.trace_id, max_spans_per_trace, unshared, _events
         )
-        # In the order they ended, the root last; spans that ended after their root are
-        # left out: the live processor could not count them either.
-        ended = [s for s in members[root_key] if s is not root and s.end_ns <= root.end_ns]
+        # In the order they ended, the root last. As live (the processor's late children),
+        # a span that started before its root ended and ended within LATE_SPAN_BOUND_MS
+        # after it counts, up to the root's end; a span ending later, or starting after
+        # the root ended, does not.
+        root_end = root.end_ns
+        latest = root_end + late_ns
+        ended = [s for s in members[root_key] if s is not root and s.end_ns <= latest and s.start_ns <= root_end]
         ended.sort(key=lambda s: (s.end_ns, s.start_ns))
         ended.append(root)
         stage = -1
@@ -222,11 +230,12 @@ def judge_roots(
                 span.kind,
                 span.scope,
                 span.start_ns,
-                span.end_ns,
+                min(span.end_ns, root_end),
                 span.attributes,
                 span,
             )
         state.config = root_config
+        state.servers = servers.get(root.trace_id, ())
         if not every_root and not state.judged_by_default(root.kind, root.remote_parent, root.attributes):
             continue  # start-up work, by the default rule: not judged, as in the live processor
         report = state.report(
@@ -238,6 +247,27 @@ def judge_roots(
         )
         judged.append(JudgedRoot(root, state, report, stage))  # stage: the root's, recorded last
     return judged
+
+
+def _server_spans(by_id: Mapping[tuple[int, int], Recorded]) -> dict[int, list[ServerSpan]]:
+    """Per trace, the inference servers' own spans (``gen_ai.latency.e2e``), each with its ancestors' ids.
+
+    The ancestors are followed across process boundaries (a remote parent that the
+    recording holds): the server's span hangs under the client's HTTP call, in another
+    local root, which is how a model call finds the server's side of it.
+    """
+    found: dict[int, list[ServerSpan]] = {}
+    for (trace_id, _), span in by_id.items():
+        if SERVER_E2E not in span.attributes:
+            continue
+        ancestors: list[int] = []
+        parent = span.parent_id
+        while parent is not None and len(ancestors) < 64:  # bounded: a loop of ids ends the walk
+            ancestors.append(parent)
+            above = by_id.get((trace_id, parent))
+            parent = above.parent_id if above is not None else None
+        found.setdefault(trace_id, []).append((tuple(ancestors), span.attributes))
+    return found
 
 
 def _events(span: Recorded) -> tuple[Event, ...]:

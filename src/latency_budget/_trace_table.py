@@ -41,6 +41,11 @@ class ProcessorStats:
     ``unstaged_ai_spans`` (the processor's, not the table's) counts spans of accounted
     traces that name a model and look like AI calls but matched no stage: a dialect the
     built-in table does not know (``latency-budget doctor`` prints the rule to add).
+    ``late_spans`` (the processor's too) counts stage spans that ended after their local
+    root and were still counted in its judgment (the root was held back for them, within
+    ``LATE_SPAN_BOUND_MS``); ``late_spans_missed`` counts those the judgment went without:
+    still open when the bound passed (in span time or wall-clock time), or at
+    ``force_flush`` or ``shutdown``.
     """
 
     active_traces: int
@@ -49,6 +54,8 @@ class ProcessorStats:
     reports: int
     truncated_traces: int
     unstaged_ai_spans: int = 0
+    late_spans: int = 0
+    late_spans_missed: int = 0
 
 
 class TraceTable:

@@ -32,6 +32,8 @@ MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
 COMPONENT = "acme.component.type"  # the left-out dialect's only key
 BUDGETS = "version: 1\ntotal_ms: 60000\n"  # no match rules: the built-in table decides
+# opentelemetry-instrumentation-openai-v2 (2.1b0): a chat call's span.
+CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini", "gen_ai.system": "openai"}
 
 
 def _spans(provider: TracerProvider) -> None:
@@ -252,3 +254,77 @@ def test_a_semantic_kernel_prompt_function_left_out_on_purpose_is_no_finding() -
     assert diagnose(config, [root, wrapper, chat, real]) == []
     (report,) = evaluate_spans(config, [root, wrapper, chat, real])
     assert report.stage("tool_calls").count == 1
+
+
+def _judged_after_fix(budgets: str, records: list[SpanRecord]) -> dict[str, int]:
+    """Doctor's fix pasted into ``budgets`` as a user would, the recording judged again: calls per stage."""
+    config = load_budgets(text=budgets)
+    fix = merged_fix(diagnose(config, records, base=yaml.safe_load(budgets)), keep=config.stage_names)
+    fixed = _merge(budgets, fix) if fix else budgets
+    (report,) = evaluate_spans(load_budgets(text=fixed), records)
+    return {s.stage: s.count for s in report.stages if s.count}
+
+
+def test_doctor_never_proposes_a_request_root_as_a_call() -> None:
+    """An INTERNAL root naming its model (a script's own span) holds three chats: no rule stages the root."""
+    root = SpanRecord(1, 1, None, "answer_question", T0, T0 + 900 * MS, attributes={"acme.model": "gpt-4o-mini"})
+    chats = [
+        SpanRecord(1, 2 + n, 1, "chat gpt-4o-mini", T0 + n * 300 * MS, T0 + (n * 300 + 250) * MS, attributes=CHAT)
+        for n in range(3)
+    ]
+    records = [root, *chats]
+    config = load_budgets(text=BUDGETS)
+    assert all(f.example != "answer_question" for f in diagnose(config, records))
+    assert _judged_after_fix(BUDGETS, records) == {"model_call": 3}  # three calls were made
+
+
+def test_doctor_never_puts_one_rule_in_two_stages() -> None:
+    """MCP client spans (`tools/call {tool}`, mcp.method.name only), two tools: one rule, in tool_calls, both count."""
+    root = SpanRecord(1, 1, None, "POST /ask", T0, T0 + 500 * MS, kind=SpanKind.SERVER)
+    chat = SpanRecord(1, 2, 1, "chat", T0, T0 + 100 * MS, attributes=CHAT)
+    # The OpenTelemetry MCP conventions' client span, as an SDK-side instrumentation writes it with no gen_ai key.
+    tools = [
+        SpanRecord(
+            1,
+            3 + n,
+            1,
+            f"tools/call {tool}",
+            T0 + (100 + n * 100) * MS,
+            T0 + (190 + n * 100) * MS,
+            kind=SpanKind.CLIENT,
+            attributes={"mcp.method.name": "tools/call", "gen_ai.tool.name": tool, "mcp.session.id": "s-1"},
+        )
+        for n, tool in enumerate(("search_docs", "get_weather"))
+    ]
+    records = [root, chat, *tools]
+    config = load_budgets(text=BUDGETS)
+    fix = merged_fix(diagnose(config, records), keep=config.stage_names)
+    rules = [
+        json.dumps(rule, sort_keys=True) for spec in fix.get("stages", {}).values() for rule in spec.get("match", [])
+    ]
+    assert len(rules) == len(set(rules))  # no rule in two stages
+    assert _judged_after_fix(BUDGETS, records) == {"model_call": 1, "tool_calls": 2}  # two tools ran
+
+
+def test_doctor_never_stages_what_the_dialect_table_calls_no_call() -> None:
+    """Semantic Kernel's prompt-function `execute_tool` (no tool call id) stays out of the rule doctor proposes.
+
+    The file stages its own tools by name, so neither span is staged; the one real tool call (10 ms) is counted
+    after the fix, the 90 ms wrapper the table calls no call is not.
+    """
+    budgets = "version: 1\nstages:\n  model_call: {}\n  tool_calls:\n    match:\n      - name: 'lookup *'\n"
+    scope = "semantic_kernel.functions.kernel_function"
+    root = SpanRecord(1, 1, None, "POST /ask", T0, T0 + 100 * MS, kind=SpanKind.SERVER)
+    bare = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "UbjhsExQkclqmnYh"}
+    wrapper = SpanRecord(1, 2, 1, "execute_tool UbjhsExQkclqmnYh", T0, T0 + 90 * MS, scope=scope, attributes=bare)
+    chat = SpanRecord(1, 3, 2, "chat gpt", T0, T0 + 40 * MS, scope=scope, attributes=CHAT)
+    tool = {**bare, "gen_ai.tool.name": "weather-get_weather", "gen_ai.tool.call.id": "call_1"}
+    real = SpanRecord(
+        1, 4, 2, "execute_tool weather-get_weather", T0 + 40 * MS, T0 + 50 * MS, scope=scope, attributes=tool
+    )
+    records = [root, wrapper, chat, real]
+    config = load_budgets(text=budgets)
+    fix = merged_fix(diagnose(config, records, base=yaml.safe_load(budgets)), keep=config.stage_names)
+    fixed = load_budgets(text=_merge(budgets, fix) if fix else budgets)
+    (report,) = evaluate_spans(fixed, records)
+    assert (report.stage("tool_calls").count, report.stage("tool_calls").actual_ms) == (1, 10.0)

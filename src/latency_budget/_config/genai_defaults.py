@@ -868,7 +868,7 @@ FIRST_TOKEN_SPELLINGS: tuple[FirstTokenSpelling, ...] = (
         FirstTokenSource(attribute="gen_ai.client.operation.time_to_first_chunk", unit="s"),
     ),
     FirstTokenSpelling(
-        "OpenTelemetry GenAI semantic conventions: the span attribute, deprecated",
+        "OpenTelemetry GenAI semantic conventions: the span attribute (current on spans)",
         FirstTokenSource(attribute="gen_ai.response.time_to_first_chunk", unit="s"),
     ),
     FirstTokenSpelling(
@@ -934,17 +934,26 @@ class ToolCallsOnly:
 # `tool_calls` (and its older `function_call`), Anthropic's and Bedrock's `tool_use`.
 TOOL_CALL_FINISH_REASONS: frozenset[str] = frozenset({"tool_call", "tool_calls", "function_call", "tool_use"})
 
-# Read in this order; the first that the span carries decides.
+# Read in this order; the first that the span carries decides. What the output holds
+# (its parts' types) comes before a finish reason: Gemini ends a turn of function calls
+# with `STOP`, which says nothing of what was sent.
 TOOL_CALLS_ONLY: tuple[ToolCallsOnly, ...] = (
+    ToolCallsOnly(
+        "OpenTelemetry GenAI semantic conventions' output messages (pydantic-ai, which writes no finish reason "
+        "for every model; opentelemetry-instrumentation-google-genai, whose function-call turns finish `stop`)",
+        messages_key="gen_ai.output.messages",
+    ),
     ToolCallsOnly(
         "OpenTelemetry GenAI semantic conventions (pydantic-ai, Logfire, OpenLLMetry, OpenLIT)",
         finish_key="gen_ai.response.finish_reasons",
     ),
     ToolCallsOnly("OpenLLMetry (Traceloop), indexed completions", finish_key="gen_ai.completion.0.finish_reason"),
     ToolCallsOnly(
-        "OpenTelemetry GenAI semantic conventions' output messages (pydantic-ai, which writes no finish reason "
-        "for every model)",
-        messages_key="gen_ai.output.messages",
+        # The Anthropic SDKs' and Claude Code's own spans: the Messages API's stop_reason
+        # (`tool_use`, `end_turn`) and no conventions' finish reasons (PostHog's ingestion
+        # of them reads the same key).
+        "Anthropic's own spans: the Messages API stop reason",
+        finish_key="anthropic.message.stop_reason",
     ),
     ToolCallsOnly(
         "OpenInference: the first output message has tool calls and no text",

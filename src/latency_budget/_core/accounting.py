@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from latency_budget._config.model import BudgetSet, Severity
 from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint
+from latency_budget._core.inference import InferenceSplit
 from latency_budget._core.intervals import union_length
 from latency_budget._core.report import TOTAL, StageReport, TraceReport, Violation, ViolationKind
 
@@ -58,6 +59,7 @@ def evaluate(
     start_time_ns: int | None = None,
     end_time_ns: int | None = None,
     hints_left_out: int = 0,
+    inference: InferenceSplit | None = None,
 ) -> TraceReport:
     """Judge one request's measurements against ``budgets``.
 
@@ -67,7 +69,8 @@ def evaluate(
     a timeline is known; ``hints`` (with ``hints_left_out``, the number
     ``hints.min_saving_ms`` held back) and ``calls`` (the request's stage calls, for the
     latency levers) are passed through to the report. ``levers``, given the calls and the
-    judged report, returns the lever hints, which follow ``hints``. This is the one
+    judged report, returns the lever hints, which follow ``hints``. ``inference`` (where
+    the model calls' time went) is passed through too. This is the one
     builder of a report: nothing assigns to one after it returns.
     """
     # The records are built with keywords on a bare instance (object.__new__, then the
@@ -148,6 +151,7 @@ def evaluate(
         end_time_ns=end_time_ns,
         calls=calls,
         hints_left_out=hints_left_out,
+        inference=inference,
     )
     # Only an empty tuple is tested for emptiness: a RecordedCalls's truth is a Python-level
     # call, and one the processor gives is never empty (any other empty sequence gives no hint).
@@ -175,6 +179,7 @@ def evaluate(
         report.end_time_ns,
         report.calls,
         report.hints_left_out,
+        report.inference,
     )
 
 

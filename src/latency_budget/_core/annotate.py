@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanKind
     from opentelemetry.util.types import AttributeValue
 
+    from latency_budget._core.inference import InferenceSplit
     from latency_budget._core.trace_state import TraceState
 
 __all__ = [
@@ -84,7 +85,45 @@ def root_attributes(report: TraceReport, *, truncated: bool = False) -> dict[str
         out[attr.UNATTRIBUTED_MS] = (report.unattributed_ms * 1000.0 + 0.5) // 1.0 / 1000.0
     if truncated:
         out[attr.TRUNCATED] = True
+    if report.inference is not None:
+        _inference_attributes(report.inference, out)
     return out
+
+
+# (the agent's own count on its root, the stage it counts, the attribute a disagreement is written under)
+_AGENT_COUNTS = (
+    ("gen_ai.invoke_agent.inference_calls", "model_call", attr.AGENT_INFERENCE_CALLS),
+    ("gen_ai.invoke_agent.tool_calls", "tool_calls", attr.AGENT_TOOL_CALLS),
+)
+
+
+def _agent_counts(report: TraceReport, attributes: Mapping[str, Any], out: dict[str, AttributeValue]) -> None:
+    """The agent's own call counts, where they differ from the counted calls of their stage (one of them is wrong)."""
+    counted = {stage.stage: stage.count for stage in report.stages}
+    for key, stage, written in _AGENT_COUNTS:
+        said = attributes.get(key)
+        if isinstance(said, int) and not isinstance(said, bool) and stage in counted and said != counted[stage]:
+            out[written] = said
+
+
+def _inference_attributes(split: InferenceSplit, out: dict[str, AttributeValue]) -> None:
+    """Where the model calls' time went: the server's split where it traced, the client's figures where not."""
+    if split.server_calls:
+        out[attr.INFERENCE_SERVER_CALLS] = split.server_calls
+        out[attr.INFERENCE_OVERHEAD_MS] = _rounded(split.overhead_ms)
+        out[attr.INFERENCE_QUEUE_MS] = _rounded(split.queue_ms)
+        out[attr.INFERENCE_PROMPT_MS] = _rounded(split.prompt_ms)
+    if split.client_calls:
+        out[attr.INFERENCE_CLIENT_CALLS] = split.client_calls
+        out[attr.INFERENCE_BEFORE_FIRST_TOKEN_MS] = _rounded(split.before_first_token_ms)
+    out[attr.INFERENCE_GENERATION_MS] = _rounded(split.generation_ms)
+    if split.output_tokens_per_s is not None:
+        out[attr.INFERENCE_OUTPUT_TOKENS_PER_S] = _rounded(split.output_tokens_per_s)
+
+
+def _rounded(value: float) -> float:
+    """Rounded to three decimals, as every ``_ms`` value of the contract."""
+    return (value * 1000.0 + 0.5) // 1.0 / 1000.0
 
 
 _FIELDS = ("actual_ms", "busy_ms", "count", "budget_ms", "worst_first_token_ms", "critical_ms")
@@ -263,6 +302,8 @@ def root_annotation(
     the root's interval as every backend stores it.
     """
     extra = root_attributes(report, truncated=state.truncated)  # a new dict: no copy of it
+    if _AGENT_COUNTS[0][0] in attributes or _AGENT_COUNTS[1][0] in attributes:
+        _agent_counts(report, attributes, extra)
     if stage >= 0:
         extra = {**stage_span_attributes(state, stage, name, kind, scope, start, end, attributes), **extra}
     events: list[Event] = []

@@ -11,10 +11,10 @@ from typing import Any
 
 from opentelemetry.sdk.trace import Event
 
-from latency_budget._config.genai_defaults import TOOL_CALL_FINISH_REASONS, TOOL_CALLS_ONLY
+from latency_budget._config.genai_defaults import DIALECTS, TOOL_CALL_FINISH_REASONS, TOOL_CALLS_ONLY
 from latency_budget._config.model import FirstTokenSource
 
-__all__ = ["answered_with_tool_calls_only", "parse_instant_ns", "time_to_first_token_ns"]
+__all__ = ["answered_with_tool_calls_only", "not_a_generation", "parse_instant_ns", "time_to_first_token_ns"]
 
 # The rows of TOOL_CALLS_ONLY that read an event, and every attribute the other rows read:
 # a span with none of those attributes (most model calls) is decided by the event rows
@@ -27,6 +27,25 @@ _ROW_KEYS = frozenset(
     for key in (row.finish_key, row.messages_key, row.tool_call_key)
     if key is not None
 )
+
+
+def _not_generations() -> tuple[tuple[str, frozenset[str]], ...]:
+    """Per dialect key, the values the dialect table gives to anything but a model call: retrieval, tools, agents."""
+    merged: dict[str, set[str]] = {}
+    for dialect in DIALECTS:
+        values = merged.setdefault(dialect.key, set())
+        values.update(dialect.not_stages)
+        for stage, listed in dialect.stages.items():
+            if stage != "model_call":
+                values.update(listed)
+    for dialect in DIALECTS:  # a value some dialect calls a model call is left to the stage
+        merged[dialect.key].difference_update(dialect.stages.get("model_call", ()))
+    return tuple((key, frozenset(values)) for key, values in merged.items() if values)
+
+
+# The operations that are no model (generation) call, by the dialect table: a first-token
+# attribute on them (OpenLIT writes one on embeddings) is no token of any answer.
+_NOT_GENERATION = _not_generations()
 _SCALE_NS = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0}
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
 # Date and time with seconds, an optional fraction, and a zone (required: a time without
@@ -69,6 +88,18 @@ def time_to_first_token_ns(
         if found is not None:
             return found
     return None
+
+
+def not_a_generation(attributes: Mapping[str, object]) -> bool:
+    """Whether a span's operation is one the dialect table calls retrieval, a tool call or no call at all.
+
+    Such a span's first-token attribute or event is not read: the first token is a model's.
+    """
+    for key, values in _NOT_GENERATION:
+        value = attributes.get(key)
+        if value.__class__ is str and value in values:
+            return True
+    return False
 
 
 def _from_attribute(value: object, unit: str, start_ns: int) -> int | None:

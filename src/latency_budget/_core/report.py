@@ -14,6 +14,7 @@ from typing import Literal
 from latency_budget._config.model import Severity
 from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint
+from latency_budget._core.inference import InferenceSplit
 
 __all__ = ["StageReport", "TraceReport", "Violation", "ViolationKind", "format_ms"]
 
@@ -103,6 +104,7 @@ class TraceReport:
     end_time_ns: int | None = None
     calls: Sequence[Call] = ()  # read from the spans when first iterated (see RecordedCalls)
     hints_left_out: int = 0  # hints of the trace's shape that hints.min_saving_ms held back
+    inference: InferenceSplit | None = None  # where the model calls' time went (see _core/inference.py)
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

@@ -27,15 +27,22 @@ from latency_budget._core.accounting import LeverHints, StageMeasurement, busy_l
 from latency_budget._core.call_facts import Call, RawCall, recorded_calls
 from latency_budget._core.calls import bookkeeping_calls, nested_calls, operation_of, repeated_operations
 from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
-from latency_budget._core.first_token import answered_with_tool_calls_only, time_to_first_token_ns
+from latency_budget._core.first_token import answered_with_tool_calls_only, not_a_generation, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
+from latency_budget._core.inference import ServerSpan, inference_split
 from latency_budget._core.report import TraceReport
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import Event
     from opentelemetry.trace import SpanKind
 
-__all__ = ["StageTally", "TraceState", "is_local_root"]
+__all__ = ["LATE_SPAN_BOUND_MS", "StageTally", "TraceState", "is_local_root"]
+
+# How long after its local root a stage span that started before the root ended may end
+# and still count in the root's judgment (span timestamps), and how long, in wall-clock
+# time, the live processor holds a root back for such spans (the processor, the replay of
+# recorded traces and serve alike: docs/reliability.md#late-spans).
+LATE_SPAN_BOUND_MS = 20.0
 
 _NONE: frozenset[int] = frozenset()
 # The scopes whose spans say "tool calls only" in an event (TOOL_CALLS_ONLY): read on every
@@ -78,15 +85,19 @@ class TraceState:
     __slots__ = (
         "budgets",
         "calls",
+        "closed",
         "config",
+        "deadline",
         "finished",
         "first_tokens",
+        "held",
         "inner_calls",
         "invoked",
         "last_seen",
         "lock",
         "max_spans",
         "names",
+        "opened",
         "overflow",
         "overflow_first_token_at",
         "owned",
@@ -94,6 +105,7 @@ class TraceState:
         "referenced",
         "root_id",
         "root_start",
+        "servers",
         "shared",
         "spans",
         "tools_only",
@@ -150,6 +162,17 @@ class TraceState:
         # Whether a recorded span below the root invokes an agent or a workflow (a request, by default).
         self.invoked = False
         self.last_seen = root_start  # span timestamps, not wall-clock reads
+        # The live processor's late children: the ids of stage spans that started under the
+        # root (labelled at their start) and of those that ended, appended without a lock
+        # (atomic in CPython); and, once the root ended while some were open, the root held
+        # back (the span, its stage, its ended view) until ``deadline`` (monotonic ns).
+        # Inference servers' own spans in the trace (vLLM's `llm_request`), with their
+        # ancestors: given by the replay of recorded traces, which sees other processes' spans.
+        self.servers: Sequence[ServerSpan] = ()
+        self.opened: list[int] = []
+        self.closed: list[int] = []
+        self.held: tuple[Any, int, Any] | None = None
+        self.deadline = 0
         self.referenced = True
         self.truncated = False
         self.finished = False
@@ -204,6 +227,8 @@ class TraceState:
         if sources and definition.first_token_keys.isdisjoint(attributes):
             sources = definition.first_token_events  # the attribute sources have nothing to read
         ttft = time_to_first_token_ns(sources, start, attributes, self.read_events, source, scope) if sources else None
+        if ttft is not None and not_a_generation(attributes):
+            ttft = None  # an embedding's or a tool's "first token" is no model's: not read
         seen = False
         if ttft is not None or scope in _EVENT_SCOPES:
             # Whether the user saw its first token; and, read anyway, whether it made tool calls only.
@@ -340,12 +365,14 @@ class TraceState:
         # One call is one call for the levers too: the stage calls but those nested in a call
         # of their stage (inner_calls, found above), inline (a call costs more than the test).
         calls: Sequence[Call] = ()
+        inference = None
         if self.calls:
             inner = self.inner_calls
             if skipped:
                 inner = {*inner, *skipped}
             raw = [call for call in self.calls if call[0] not in inner] if inner else self.calls
             calls = recorded_calls(raw, self.tools_only or _NONE)
+            inference = inference_split(raw, self.servers)
         first_token_ms = None
         if first_token_at is not None and first_token_at >= root_start:
             first_token_ms = (first_token_at - root_start) / 1e6
@@ -365,6 +392,7 @@ class TraceState:
             start_time_ns=root_start,
             end_time_ns=root_end,
             hints_left_out=left_out,
+            inference=inference,
         )
 
     def _find_nested(

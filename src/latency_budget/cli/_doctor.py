@@ -8,16 +8,26 @@ Three kinds of finding, each with the budget-file text that would fix it:
   value): the stage's rules with an ``unless`` that leaves them out;
 - attributes and events that look like a time to first token but are not read: the
   stage's ``first_token`` setting, with the unit the values fit.
+
+Held to the truth of what it proposes: no rule is drawn from a local root (a request is
+no call) or from a span the dialect table calls no call (``NOT_CALLS``, a dialect's
+``not_stages``); a name rule's stage is guessed from the part of the name the rule keeps;
+one rule goes into one stage only; and each fix is applied to the budget file and the
+recording judged again (``judge_roots``, as ``check`` does) before it is printed: it is
+kept only when it changes its own stage's counts (or first tokens) and no other stage's,
+stages no local root and no span the table calls no call.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -25,10 +35,11 @@ from opentelemetry.trace import SpanKind
 
 from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._config.genai_defaults import DIALECTS, NOT_CALLS, builtin_rules, looks_like_a_call
-from latency_budget._config.matching import MatchRule, vetoed
+from latency_budget._config.matching import MatchRule, compile_glob, vetoed
 from latency_budget._core.first_token import parse_instant_ns
+from latency_budget._core.trace_state import is_local_root
 from latency_budget._encode import terminal_text
-from latency_budget._replay import SpanRecord
+from latency_budget._replay import SpanRecord, judge_roots
 
 from ._common import EXIT_INTERNAL, CliError, example_epilog, raw_help
 from ._output import emit
@@ -98,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     """Diagnose the traces; 0 when nothing is missed, 1 when something is."""
     config, label = load_config(args.budgets)
     traces = load_traces(args)
-    findings = diagnose(config, traces.spans)
+    base = yaml.safe_load(Path(args.budgets).read_text(encoding="utf-8")) if args.budgets else None
+    findings = diagnose(config, traces.spans, base=base)
     fix = merged_fix(findings, keep=config.stage_names)
     if fix:
         try:  # what is printed must be a valid budget file fragment
@@ -126,18 +138,29 @@ def run(args: argparse.Namespace) -> int:
     return 1 if findings else 0
 
 
-def diagnose(config: BudgetConfig, spans: Sequence[SpanRecord]) -> list[Finding]:
-    """Every finding in ``spans`` under ``config``, unstaged AI spans first."""
+def diagnose(
+    config: BudgetConfig, spans: Sequence[SpanRecord], *, base: Mapping[str, Any] | None = None
+) -> list[Finding]:
+    """Every finding in ``spans`` under ``config`` whose fix holds on the recording, unstaged AI spans first.
+
+    ``base`` is the budget file ``config`` was loaded from, as a YAML document (the
+    built-in ``version: 1`` when None): each fix is applied to it and the recording
+    judged again before the finding is kept (see the module's docstring).
+    """
     unstaged: dict[tuple[str, str, str], list[SpanRecord]] = {}  # (stage, rule kind, signature) -> spans
     bookkeeping: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, key, value) -> spans
     first_tokens: dict[tuple[int, str, str], list[SpanRecord]] = {}  # (stage, attribute or event, unit) -> spans
     classifier = config.classifier
     vetoing = {rule for stage in config.stages for rule in stage.rules if rule.unless or rule.scoped_unless}
+    present = {(span.trace_id, span.span_id) for span in spans}
     for span in spans:
         stage = classifier.classify(span.name, span.kind, span.scope, span.attributes)
         if stage < 0:
             if any(vetoed(rule.for_scope(span.scope).unless, span.attributes) for rule in vetoing):
                 continue  # left out on purpose by a rule's unless: bookkeeping, not a call
+            recorded = span.parent_id is not None and (span.trace_id, span.parent_id) in present
+            if is_local_root(span.parent_id, span.remote_parent, recorded) or _not_a_call(span):
+                continue  # a request, or what the dialect table calls no call: never a rule's model
             guessed = _unstaged(span)
             if guessed is not None:
                 unstaged.setdefault(guessed, []).append(span)
@@ -147,10 +170,169 @@ def diagnose(config: BudgetConfig, spans: Sequence[SpanRecord]) -> list[Finding]
             bookkeeping.setdefault((stage, *veto), []).append(span)
         for found in _unread_first_tokens(config, stage, span):
             first_tokens.setdefault((stage, *found), []).append(span)
-    findings = [_unstaged_finding(config, key, found) for key, found in unstaged.items()]
+    findings = [_unstaged_finding(config, key, found) for key, found in _one_stage_per_rule(unstaged).items()]
     findings += [_bookkeeping_finding(config, key, found) for key, found in bookkeeping.items()]
     findings += [_first_token_finding(config, key, found) for key, found in first_tokens.items()]
-    return findings
+    return _held_to_the_recording(config, findings, spans, {"version": 1} if base is None else base)
+
+
+def _not_a_call(span: SpanRecord) -> bool:
+    """Whether the dialect table calls the span no call (``NOT_CALLS``, on its scope, a key's absence included)."""
+    if _known_container(span.attributes):
+        return True
+    for entry in NOT_CALLS:
+        if entry.scope is not None and not compile_glob(entry.scope).fullmatch(span.scope):
+            continue
+        value = span.attributes.get(entry.key)
+        if value in entry.values if isinstance(value, str) or value is None else False:
+            return True
+    return False
+
+
+def _one_stage_per_rule(
+    unstaged: Mapping[tuple[str, str, str], list[SpanRecord]],
+) -> dict[tuple[str, str, str], list[SpanRecord]]:
+    """The groups of unstaged spans, one stage per rule: where one rule was guessed for two stages, the larger group's.
+
+    A rule matches every span of both groups whichever stage it is put in: put in two, the
+    first stage of the file would take them all.
+    """
+    by_rule: dict[tuple[str, str], list[tuple[str, list[SpanRecord]]]] = {}
+    for (stage, how, value), found in unstaged.items():
+        by_rule.setdefault((how, value), []).append((stage, found))
+    order = [stage for stage, _ in _STAGE_WORDS]
+    kept: dict[tuple[str, str, str], list[SpanRecord]] = {}
+    for (how, value), groups in by_rule.items():
+        stage, _ = max(groups, key=lambda group: (len(group[1]), -order.index(group[0])))
+        kept[(stage, how, value)] = [span for _, found in groups for span in found]
+    return kept
+
+
+# -- held to the recording ---------------------------------------------------------------------------------------
+
+# Per judged root (by span id): its stage counts, its stages' worst first tokens, whether the root is a stage span.
+_Judged = dict[tuple[int, int], tuple[dict[str, int], dict[str, float | None], bool]]
+
+
+def _judge(config: BudgetConfig, spans: Sequence[SpanRecord]) -> tuple[_Judged, int]:
+    """The recording judged as ``check`` judges it; and how many spans the table calls no call are staged."""
+    judged: _Judged = {}
+    for found in judge_roots(config, spans):
+        report = found.report
+        counts = {s.stage: s.count for s in report.stages}
+        tokens = {s.stage: s.first_token_ms for s in report.stages}
+        judged[(found.root.trace_id, found.root.span_id)] = (counts, tokens, found.stage >= 0)
+    classifier = config.classifier
+    staged_no_calls = sum(
+        1
+        for span in spans
+        if _not_a_call(span) and classifier.classify(span.name, span.kind, span.scope, span.attributes) >= 0
+    )
+    return judged, staged_no_calls
+
+
+def _applied(base: Mapping[str, Any], fix: Mapping[str, Any], keep: Sequence[str]) -> BudgetConfig | None:
+    """``base`` with ``fix``'s stages merged in (each stage's keys replaced), loaded; None if it does not load.
+
+    A base with no ``stages:`` tracks the stages in ``keep`` (the built-in ones): they are
+    listed, so that adding one stage does not drop the others (as :func:`merged_fix` does).
+    """
+    document = copy.deepcopy(dict(base))
+    stages = document.get("stages")
+    if not isinstance(stages, dict):
+        stages = document["stages"] = {name: {} for name in keep}
+    for stage, spec in fix.get("stages", {}).items():
+        current = stages.get(stage)
+        stages[stage] = {**(current if isinstance(current, dict) else {}), **spec}
+    try:
+        return load_budgets(text=yaml.safe_dump(document, sort_keys=False), source="<doctor>")
+    except BudgetConfigError:
+        return None
+
+
+def _held_to_the_recording(
+    config: BudgetConfig, findings: list[Finding], spans: Sequence[SpanRecord], base: Mapping[str, Any]
+) -> list[Finding]:
+    """The findings whose fix, applied alone, changes its stage and only it, and stages no root and no non-call."""
+    if not findings:
+        return findings
+    before, staged_before = _judge(config, spans)
+    kept: list[Finding] = []
+    for proposed in findings:
+        if not proposed.fix:  # advice in words only (a stage with rules of its own): nothing to apply
+            kept.append(proposed)
+            continue
+        finding: Finding | None = proposed
+        fixed = _applied(base, proposed.fix, config.stage_names)
+        if fixed is None:
+            continue
+        after, staged_after = _judge(fixed, spans)
+        if staged_after > staged_before and proposed.kind == "unstaged":
+            # It would stage a span the dialect table calls no call: narrow the rule by the
+            # table's own reasons (a key that must be there, values that veto), once.
+            finding = _narrowed(proposed, config, fixed, spans)
+            fixed = _applied(base, finding.fix, config.stage_names) if finding is not None else None
+            if finding is None or fixed is None:
+                continue
+            after, staged_after = _judge(fixed, spans)
+        if staged_after <= staged_before and finding is not None and _changes_only(finding, before, after):
+            kept.append(finding)
+    return kept
+
+
+def _narrowed(
+    finding: Finding, config: BudgetConfig, fixed: BudgetConfig, spans: Sequence[SpanRecord]
+) -> Finding | None:
+    """The finding with its added rule narrowed to leave out the no-call spans it staged; None if it cannot be."""
+    exists: list[str] = []
+    unless: dict[str, list[str]] = {}
+    for span in spans:
+        if not _not_a_call(span) or config.classifier.classify(span.name, span.kind, span.scope, span.attributes) >= 0:
+            continue
+        if fixed.classifier.classify(span.name, span.kind, span.scope, span.attributes) < 0:
+            continue
+        attributes = span.attributes
+        reasons: list[tuple[str, tuple[str | None, ...]]] = [
+            (entry.key, entry.values)
+            for entry in NOT_CALLS
+            if entry.scope is None or compile_glob(entry.scope).fullmatch(span.scope)
+        ]
+        reasons += [(dialect.key, dialect.not_stages) for dialect in DIALECTS]
+        for key, values in reasons:
+            value = attributes.get(key)
+            if value is None and None in values and key not in exists:
+                exists.append(key)
+            elif isinstance(value, str) and value in values and value not in unless.setdefault(key, []):
+                unless[key].append(value)
+    if not exists and not any(unless.values()):
+        return None
+    fix = copy.deepcopy(finding.fix)
+    rule = fix["stages"][finding.stage]["match"][-1]  # the rule the finding adds is the last
+    if exists:
+        rule["exists"] = [*rule.get("exists", []), *exists]
+    for key, vetoes in unless.items():
+        if vetoes:
+            rule.setdefault("unless", {}).setdefault(key, []).extend(vetoes)
+    what = finding.what + ", leaving out what the dialect table calls no call"
+    return Finding(finding.kind, finding.stage, what, finding.spans, finding.example, fix)
+
+
+def _changes_only(finding: Finding, before: _Judged, after: _Judged) -> bool:
+    """Whether ``after`` differs from ``before`` in the finding's stage (counts, or first tokens) and nowhere else."""
+    stage = finding.stage
+    changed = False
+    for root, (counts, tokens, root_staged) in after.items():
+        old_counts, old_tokens, old_root_staged = before.get(root, ({}, {}, False))
+        if root_staged and not old_root_staged:
+            return False  # a request made a call
+        for name in counts.keys() | old_counts.keys():
+            if counts.get(name, 0) != old_counts.get(name, 0):
+                if name != stage:
+                    return False  # it breaks another stage
+                changed = True
+        if finding.kind == "first_token" and tokens.get(stage) != old_tokens.get(stage):
+            changed = True
+    return changed
 
 
 # -- AI calls in no stage ----------------------------------------------------------------------------------------
@@ -176,7 +358,13 @@ def _unstaged(span: SpanRecord) -> tuple[str, str, str] | None:
             return stage, f"attribute {key}", value
     if _is_container(_last_segment(span.name)):
         return None
-    return stage, "name", _name_glob(span.name)
+    glob = _name_glob(span.name)
+    if glob != span.name:
+        # The rule keeps only the name's first word: its stage is what that word (or the
+        # keys) says, not the variable rest (`tools/call search_docs` is a tool call).
+        kept = glob[:-2]
+        stage = _guess([kept.lower()]) or _guess([key.lower() for key in ai_keys]) or stage
+    return stage, "name", glob
 
 
 def _guess(texts: Iterable[str]) -> str | None:
