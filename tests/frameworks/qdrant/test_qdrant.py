@@ -16,22 +16,17 @@ first text chunk. Filling the collection is start-up work, outside any request.
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextvars import copy_context
-from typing import Any
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 from opentelemetry.instrumentation.qdrant import QdrantInstrumentor
-from opentelemetry.trace import Tracer
 from qdrant_client import QdrantClient, models
 
-from ...instrumentation.fake_openai import MODEL, TOOL_NAME, FakeOpenAIServer, serve
+from ...instrumentation.fake_openai import TOOL_NAME, FakeOpenAIServer, serve
 from ...unit.helpers import Pipeline
+from ..openai_loop import SEARCH, Agent
 from ..stacks import Outcome, budget_pipeline
 from ..truth import Runs, assert_first_token_is_the_first_text, overlapped
 
@@ -47,17 +42,6 @@ QUESTION_VECTOR = [0.9, 0.1, 0.4, 0.0]
 TOOL_ROUNDS = 2  # model calls that ask for tools before the answer
 PARALLEL_TOOLS = 2  # tool calls each of them asks for at once
 MODEL_CALLS = TOOL_ROUNDS + 1
-SEARCH = "vector_search"
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": TOOL_NAME,
-            "description": "The weather in a city.",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 
 
 @pytest.fixture(scope="module")
@@ -92,66 +76,12 @@ def notes(pipe: Pipeline) -> QdrantClient:
     return client
 
 
-class Agent:
-    """The user's own agent loop: retrieve, then stream model calls and run the tools they ask for in parallel."""
+def _searcher(notes: QdrantClient) -> Callable[[str], list[str]]:
+    def search(question: str) -> list[str]:
+        hits = notes.query_points(COLLECTION, query=QUESTION_VECTOR, limit=TOP_K).points
+        return [str((hit.payload or {})["text"]) for hit in hits]
 
-    def __init__(self, tracer: Tracer, model: openai.OpenAI, notes: QdrantClient, runs: Runs) -> None:
-        self.tracer, self.model, self.notes, self.runs = tracer, model, notes, runs
-        self.together = threading.Barrier(PARALLEL_TOOLS, timeout=30)  # the tool calls are in flight together
-
-    def get_weather(self, city: str) -> str:
-        with self.runs.run(TOOL_NAME, city):
-            self.together.wait()
-            return f"sunny in {city}"
-
-    def _tool(self, call: dict[str, Any]) -> dict[str, Any]:
-        name = call["function"]["name"]
-        with self.tracer.start_as_current_span(
-            f"execute_tool {name}",
-            attributes={
-                "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": name,
-                "gen_ai.tool.call.id": call["id"],
-            },
-        ):
-            result = self.get_weather(**json.loads(call["function"]["arguments"]))
-        return {"role": "tool", "tool_call_id": call["id"], "content": result}
-
-    def _stream(self, messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        stream = self.model.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, stream=True)  # type: ignore[arg-type]
-        for chunk in stream:
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    text.append(choice.delta.content)
-                for delta in choice.delta.tool_calls or ():
-                    call = calls.setdefault(
-                        delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-                    )
-                    call["id"] = delta.id or call["id"]
-                    if delta.function is not None:
-                        call["function"]["name"] += delta.function.name or ""
-                        call["function"]["arguments"] += delta.function.arguments or ""
-        return "".join(text), [calls[i] for i in sorted(calls)]
-
-    def answer(self, question: str) -> str:
-        with self.runs.run(SEARCH, question):
-            hits = self.notes.query_points(COLLECTION, query=QUESTION_VECTOR, limit=TOP_K).points
-        context = " ".join(str((hit.payload or {})["text"]) for hit in hits)
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": f"Notes: {context}"},
-            {"role": "user", "content": question},
-        ]
-        with ThreadPoolExecutor(PARALLEL_TOOLS) as pool:
-            while True:
-                text, calls = self._stream(messages)
-                if not calls:
-                    return text
-                messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-                # Each tool runs on a thread of its own, in the context of the loop (so under the request).
-                futures = [pool.submit(copy_context().run, self._tool, call) for call in calls]
-                messages.extend(future.result() for future in futures)
+    return search
 
 
 @pytest.fixture
@@ -164,7 +94,7 @@ def runs() -> Runs:
 def outcome(pipe: Pipeline, notes: QdrantClient, fake_openai: FakeOpenAIServer, runs: Runs) -> Outcome:
     """One request under a ``request`` span: a vector search, three streamed model calls, four tool runs."""
     model = openai.OpenAI(base_url=fake_openai.base_url, api_key="dummy-key", max_retries=0)
-    agent = Agent(pipe.tracer, model, notes, runs)
+    agent = Agent(pipe.tracer, model, runs, parallel=PARALLEL_TOOLS, retrieve=_searcher(notes))
     fake_openai.requests.clear()
     fake_openai.sent.clear()
     with pipe.tracer.start_as_current_span("request"):
