@@ -1,4 +1,4 @@
-"""The Anthropic SDK's own spans, alone and with a second Anthropic instrumentation, held against the truth.
+"""The Anthropic SDK's own spans, alone or beside a second instrumentation, or HTTP spans only, against the truth.
 
 The ``anthropic`` client (2.x) writes a CLIENT span of its own for each API call
 (``anthropic.messages.create``, with the GenAI conventions' ``gen_ai.operation.name``
@@ -6,7 +6,10 @@ The ``anthropic`` client (2.x) writes a CLIENT span of its own for each API call
 common set-up turns on OpenLLMetry's or OpenInference's Anthropic instrumentation as well,
 so one call can be described by two spans. Here the SDK's spans go to the test's pipeline
 (its ``open_telemetry`` option names the provider), alone, with OpenLLMetry's or with
-OpenInference's instrumentation on the same provider.
+OpenInference's instrumentation on the same provider. A fourth set-up calls the same API
+with ``requests`` instead of the SDK, traced by opentelemetry-instrumentation-requests only:
+a model call that no GenAI instrumentation covers, seen as an HTTP client span (``POST``,
+``url.full`` ending ``/v1/messages``).
 
 One request: the user's agent loop streams three model calls from the fake Anthropic
 server (tests/instrumentation/fake_anthropic.py, the model on loopback); the first two
@@ -27,15 +30,17 @@ from typing import Any
 
 import anthropic
 import pytest
+import requests
 from openinference.instrumentation.anthropic import AnthropicInstrumentor as OpenInferenceAnthropic
 from opentelemetry.instrumentation.anthropic import AnthropicInstrumentor as OpenLLMetryAnthropic
+from opentelemetry.instrumentation.requests import RequestsInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Tracer
 
 from ...instrumentation.fake_anthropic import ANSWER_WORDS, MODEL, TOOL_NAME, FakeAnthropicServer, serve
 from ...unit.helpers import Pipeline
 from ..stacks import Outcome, budget_pipeline
-from ..truth import Runs, assert_first_token_is_the_first_text, overlapped
+from ..truth import Runs, assert_first_token_is_the_first_text, first_token_instant_ns, overlapped
 
 QUESTION = "What is the weather in Paris and Rome?"
 TOOL_ROUNDS = 2  # model calls that stream only tool_use blocks, before the answer
@@ -62,11 +67,20 @@ def _openinference() -> tuple[Any, ...]:
     return (OpenInferenceAnthropic(),)
 
 
-# name -> the instrumentors on beside the SDK's own spans
-SECOND: dict[str, Callable[[], tuple[Any, ...]]] = {
-    "sdk-only": _none,
-    "sdk+openllmetry": _openllmetry,
-    "sdk+openinference": _openinference,
+def _requests() -> tuple[Any, ...]:
+    return (RequestsInstrumentor(),)
+
+
+# One streamed call's events, as dictionaries, for the conversation so far.
+Events = Callable[[list[dict[str, Any]]], Iterator[dict[str, Any]]]
+
+# name -> (the instrumentors on, whether the Anthropic SDK makes the calls, with its own spans;
+# without it the loop posts to the Messages API with requests, traced by HTTP client spans only)
+SETUPS: dict[str, tuple[Callable[[], tuple[Any, ...]], bool]] = {
+    "sdk-only": (_none, True),
+    "sdk+openllmetry": (_openllmetry, True),
+    "sdk+openinference": (_openinference, True),
+    "http-only": (_requests, False),
 }
 
 
@@ -81,7 +95,7 @@ def fake_anthropic() -> Iterator[FakeAnthropicServer]:
 
 
 def _instrumented(provider: TracerProvider, name: str) -> Callable[[], None]:
-    instrumentors = SECOND[name]()
+    instrumentors = SETUPS[name][0]()
     for instrumentor in instrumentors:
         instrumentor.instrument(tracer_provider=provider)
 
@@ -95,8 +109,8 @@ def _instrumented(provider: TracerProvider, name: str) -> Callable[[], None]:
 class Agent:
     """The user's own agent loop: stream a model call, run the tools it asks for in parallel, until it answers."""
 
-    def __init__(self, tracer: Tracer, model: anthropic.Anthropic, runs: Runs) -> None:
-        self.tracer, self.model, self.runs = tracer, model, runs
+    def __init__(self, tracer: Tracer, events: Events, runs: Runs) -> None:
+        self.tracer, self.events, self.runs = tracer, events, runs
         self.together = threading.Barrier(PARALLEL_TOOLS, timeout=30)  # the tool calls are in flight together
 
     def get_weather(self, city: str) -> str:
@@ -122,27 +136,18 @@ class Agent:
         blocks: dict[int, dict[str, Any]] = {}
         partial: dict[int, str] = {}
         stop: str | None = None
-        stream = self.model.messages.create(
-            model=MODEL,
-            max_tokens=256,
-            messages=messages,
-            tools=TOOLS,
-            stream=True,  # type: ignore[arg-type]
-        )
-        for event in stream:
-            if event.type == "content_block_start" and event.content_block.type == "tool_use":
-                blocks[event.index] = {
-                    "type": "tool_use",
-                    "id": event.content_block.id,
-                    "name": event.content_block.name,
-                }
-                partial[event.index] = ""
-            elif event.type == "content_block_delta" and event.delta.type == "text_delta":
-                text.append(event.delta.text)
-            elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
-                partial[event.index] += event.delta.partial_json
-            elif event.type == "message_delta":
-                stop = event.delta.stop_reason
+        for event in self.events(messages):
+            kind, delta = event["type"], event.get("delta") or {}
+            if kind == "content_block_start" and event["content_block"]["type"] == "tool_use":
+                block = event["content_block"]
+                blocks[event["index"]] = {"type": "tool_use", "id": block["id"], "name": block["name"]}
+                partial[event["index"]] = ""
+            elif kind == "content_block_delta" and delta["type"] == "text_delta":
+                text.append(delta["text"])
+            elif kind == "content_block_delta" and delta["type"] == "input_json_delta":
+                partial[event["index"]] += delta["partial_json"]
+            elif kind == "message_delta":
+                stop = delta.get("stop_reason")
         for index, block in blocks.items():
             block["input"] = json.loads(partial[index] or "{}")
         return "".join(text), [blocks[i] for i in sorted(blocks)], stop
@@ -160,27 +165,64 @@ class Agent:
                 messages.append({"role": "user", "content": [future.result() for future in futures]})
 
 
+def _sdk_events(model: anthropic.Anthropic) -> Events:
+    """The streamed events of one call made with the Anthropic SDK, as dictionaries."""
+
+    def events(messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        stream = model.messages.create(
+            model=MODEL,
+            max_tokens=256,
+            messages=messages,  # type: ignore[arg-type]
+            tools=TOOLS,  # type: ignore[arg-type]
+            stream=True,
+        )
+        for event in stream:
+            yield event.model_dump()
+
+    return events
+
+
+def _http_events(base_url: str) -> Events:
+    """The streamed events of one call posted to the Messages API with requests (server-sent events)."""
+    session = requests.Session()
+    headers = {"x-api-key": "dummy-key", "anthropic-version": "2023-06-01"}
+
+    def events(messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        body = {"model": MODEL, "max_tokens": 256, "messages": messages, "tools": TOOLS, "stream": True}
+        with session.post(f"{base_url}/v1/messages", json=body, headers=headers, stream=True, timeout=30) as answer:
+            answer.raise_for_status()
+            for line in answer.iter_lines():
+                if line.startswith(b"data: "):
+                    yield json.loads(line[len(b"data: ") :])
+
+    return events
+
+
 @pytest.fixture
 def runs() -> Runs:
     """The tool runs that really happened."""
     return Runs()
 
 
-@pytest.fixture(params=list(SECOND))
+@pytest.fixture(params=list(SETUPS))
 def outcome(request: pytest.FixtureRequest, fake_anthropic: FakeAnthropicServer, runs: Runs) -> Iterator[Outcome]:
     """One request under a ``request`` span, the SDK's spans alone or beside a second instrumentation's."""
     pipe: Pipeline = budget_pipeline(max_model_calls=MODEL_CALLS)
     undo = _instrumented(pipe.provider, request.param)
     try:
-        model = anthropic.Anthropic(
-            base_url=fake_anthropic.base_url,
-            api_key="dummy-key",
-            max_retries=0,
-            open_telemetry={"tracer_provider": pipe.provider},
-        )
+        if SETUPS[request.param][1]:
+            model = anthropic.Anthropic(
+                base_url=fake_anthropic.base_url,
+                api_key="dummy-key",
+                max_retries=0,
+                open_telemetry={"tracer_provider": pipe.provider},
+            )
+            events = _sdk_events(model)
+        else:
+            events = _http_events(fake_anthropic.base_url)
         fake_anthropic.log.clear()
         with pipe.tracer.start_as_current_span("request"):
-            assert Agent(pipe.tracer, model, runs).answer(QUESTION) == "".join(ANSWER_WORDS)
+            assert Agent(pipe.tracer, events, runs).answer(QUESTION) == "".join(ANSWER_WORDS)
         yield Outcome(pipe)
     finally:
         undo()
@@ -195,7 +237,8 @@ def test_what_really_ran(outcome: Outcome, fake_anthropic: FakeAnthropicServer, 
     for round_index in range(TOOL_ROUNDS):
         assert overlapped(tools[round_index * PARALLEL_TOOLS : (round_index + 1) * PARALLEL_TOOLS])
     sdk = [s for s in outcome.request_spans if s.name == "anthropic.messages.create"]
-    assert len(sdk) == len(fake_anthropic.log)  # the SDK wrote its own span for each call
+    http = [s for s in outcome.request_spans if s.name == "POST"]
+    assert len(sdk or http) == len(fake_anthropic.log)  # each call wrote its span: the SDK's own, or requests'
     outcome.assert_exported_once()
 
 
@@ -209,7 +252,15 @@ def test_max_calls_at_the_real_number_is_not_violated(outcome: Outcome) -> None:
     assert outcome.violation_kinds() == []
 
 
-def test_the_first_token_is_the_answers_first_text_chunk(outcome: Outcome, fake_anthropic: FakeAnthropicServer) -> None:
-    """The request's first token is the answer's first text, not a planning call's tool_use chunk before it."""
+def test_the_first_token_is_the_answers_first_text_chunk(
+    outcome: Outcome, fake_anthropic: FakeAnthropicServer, request: pytest.FixtureRequest
+) -> None:
+    """The request's first token is the answer's first text, not a planning call's tool_use chunk before it.
+
+    HTTP client spans end with the response's headers and record no chunk: there, no first
+    token is right, and any first token must still not come before the first text.
+    """
     [first_text] = [r.first_text_ns for r in fake_anthropic.log if r.first_text_ns is not None]
+    if not SETUPS[request.node.callspec.params["outcome"]][1] and first_token_instant_ns(outcome) is None:
+        return
     assert_first_token_is_the_first_text(outcome, first_text)
