@@ -36,6 +36,46 @@ TOOLS = [
 ]
 
 
+class Answer:
+    """A streamed answer assembled chunk by chunk: its text and its tool calls."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, chunk: Any) -> None:
+        for choice in chunk.choices:
+            if choice.delta.content:
+                self.text.append(choice.delta.content)
+            for delta in choice.delta.tool_calls or ():
+                call = self.calls.setdefault(
+                    delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                call["id"] = delta.id or call["id"]
+                if delta.function is not None:
+                    call["function"]["name"] += delta.function.name or ""
+                    call["function"]["arguments"] += delta.function.arguments or ""
+
+    def result(self) -> tuple[str, list[dict[str, Any]]]:
+        return "".join(self.text), [self.calls[i] for i in sorted(self.calls)]
+
+
+async def stream_async(
+    model: openai.AsyncOpenAI, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> tuple[str, list[dict[str, Any]]]:
+    """One streamed call on the async client: its text and its tool calls."""
+    stream = await model.chat.completions.create(
+        model=MODEL,
+        messages=messages,  # type: ignore[arg-type]
+        tools=tools,  # type: ignore[arg-type]
+        stream=True,
+    )
+    answer = Answer()
+    async for chunk in stream:
+        answer.add(chunk)
+    return answer.result()
+
+
 class Agent:
     """Retrieve, then stream model calls and run the tools they ask for in parallel, until the model answers."""
 
@@ -72,27 +112,16 @@ class Agent:
 
     def _stream(self, messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
         """One streamed call: its text and its tool calls (assembled from the chunks)."""
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
         stream = self.model.chat.completions.create(
             model=MODEL,
             messages=messages,  # type: ignore[arg-type]
             tools=TOOLS,  # type: ignore[arg-type]
             stream=True,
         )
+        answer = Answer()
         for chunk in stream:
-            for choice in chunk.choices:
-                if choice.delta.content:
-                    text.append(choice.delta.content)
-                for delta in choice.delta.tool_calls or ():
-                    call = calls.setdefault(
-                        delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-                    )
-                    call["id"] = delta.id or call["id"]
-                    if delta.function is not None:
-                        call["function"]["name"] += delta.function.name or ""
-                        call["function"]["arguments"] += delta.function.arguments or ""
-        return "".join(text), [calls[i] for i in sorted(calls)]
+            answer.add(chunk)
+        return answer.result()
 
     def answer(self, question: str) -> str:
         with self.runs.run(SEARCH, question):

@@ -35,8 +35,9 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ...instrumentation.fake_openai import MODEL, TOOL_NAME, FakeOpenAIServer, serve
+from ...instrumentation.fake_openai import TOOL_NAME, FakeOpenAIServer, serve
 from ...unit.helpers import Pipeline
+from ..openai_loop import stream_async
 from ..stacks import Outcome, budget_pipeline
 from ..truth import Run, assert_first_token_is_the_first_text, overlapped
 
@@ -91,27 +92,6 @@ def _server(tmp_path: Path) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=env)
 
 
-async def _stream(
-    model: openai.AsyncOpenAI, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-) -> tuple[str, list[dict[str, Any]]]:
-    text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    stream = await model.chat.completions.create(model=MODEL, messages=messages, tools=tools, stream=True)  # type: ignore[arg-type]
-    async for chunk in stream:
-        for choice in chunk.choices:
-            if choice.delta.content:
-                text.append(choice.delta.content)
-            for delta in choice.delta.tool_calls or ():
-                call = calls.setdefault(
-                    delta.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
-                )
-                call["id"] = delta.id or call["id"]
-                if delta.function is not None:
-                    call["function"]["name"] += delta.function.name or ""
-                    call["function"]["arguments"] += delta.function.arguments or ""
-    return "".join(text), [calls[i] for i in sorted(calls)]
-
-
 async def _agent(client: Client, model: openai.AsyncOpenAI, question: str) -> str:
     """The user's agent loop: the server's tools offered to the model, its tool calls sent to the server together."""
     listed = await client.list_tools()
@@ -124,7 +104,7 @@ async def _agent(client: Client, model: openai.AsyncOpenAI, question: str) -> st
     ]
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     while True:
-        text, calls = await _stream(model, messages, tools)
+        text, calls = await stream_async(model, messages, tools)
         if not calls:
             return text
         messages.append({"role": "assistant", "content": None, "tool_calls": calls})
