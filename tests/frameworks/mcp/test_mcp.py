@@ -41,7 +41,8 @@ from ..openai_loop import stream_async
 from ..stacks import Outcome, budget_pipeline
 from ..truth import Run, assert_first_token_is_the_first_text, overlapped
 
-SERVER = Path(__file__).with_name("weather_server.py")
+SERVER = "tests.frameworks.mcp.weather_server"
+REPO = Path(__file__).resolve().parents[3]
 QUESTION = "What is the weather in Paris and London?"
 TOOL_ROUNDS = 2  # model calls that ask for tools before the answer
 PARALLEL_TOOLS = 2  # tool calls each of them asks for at once
@@ -89,7 +90,7 @@ def _server(tmp_path: Path) -> StdioServerParameters:
         "MCP_SERVER_SPANS": str(tmp_path / "spans.jsonl"),
         "MCP_PARALLEL": str(PARALLEL_TOOLS),
     }
-    return StdioServerParameters(command=sys.executable, args=[str(SERVER)], env=env)
+    return StdioServerParameters(command=sys.executable, args=["-m", SERVER], env=env, cwd=REPO)
 
 
 async def _agent(client: Client, model: openai.AsyncOpenAI, question: str) -> str:
