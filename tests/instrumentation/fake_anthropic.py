@@ -43,6 +43,7 @@ class Received:
 
     body: dict[str, Any]
     received_ns: int
+    number: int  # 1 for the first request received, and so on: the answer's id is msg_fake_<number>
     first_event_ns: int | None = None  # the first byte of the answer's body
     first_text_ns: int | None = None  # the first text chunk (None: the answer had no text)
 
@@ -75,10 +76,10 @@ def tool_use_blocks(round_index: int, count: int) -> list[dict[str, Any]]:
 
 
 def _message(
-    body: dict[str, Any], content: list[dict[str, Any]], stop_reason: str | None, output: int
+    body: dict[str, Any], content: list[dict[str, Any]], stop_reason: str | None, output: int, number: int
 ) -> dict[str, Any]:
     return {
-        "id": "msg_fake_1",
+        "id": f"msg_fake_{number}",  # each answer its own id, as the API gives
         "type": "message",
         "role": "assistant",
         "model": body.get("model", MODEL),
@@ -89,9 +90,14 @@ def _message(
     }
 
 
-def _events(body: dict[str, Any], blocks: list[dict[str, Any]] | None) -> Iterator[tuple[str, dict[str, Any], bool]]:
-    """(event name, data, whether it carries text) of a streamed answer, in order."""
-    yield "message_start", {"type": "message_start", "message": _message(body, [], None, 1)}, False
+def _events(
+    body: dict[str, Any], blocks: list[dict[str, Any]] | None, number: int
+) -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """(event name, data, whether it carries text) of a streamed answer, in order.
+
+    ``message_start`` carries ``output_tokens`` 1 and ``message_delta`` the final count, as the API's do.
+    """
+    yield "message_start", {"type": "message_start", "message": _message(body, [], None, 1, number)}, False
     if blocks is None:
         yield (
             "content_block_start",
@@ -147,11 +153,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             if blocks is None:
                 entry.first_text_ns = time.time_ns()
-                message = _message(
-                    body, [{"type": "text", "text": "".join(ANSWER_WORDS)}], "end_turn", len(ANSWER_WORDS)
-                )
+                text = [{"type": "text", "text": "".join(ANSWER_WORDS)}]
+                message = _message(body, text, "end_turn", len(ANSWER_WORDS), entry.number)
             else:
-                message = _message(body, blocks, "tool_use", 9 * len(blocks))
+                message = _message(body, blocks, "tool_use", 9 * len(blocks), entry.number)
             entry.first_event_ns = entry.first_event_ns or time.time_ns()
             self._send_json(200, message)
             return
@@ -161,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
         if self.server.first_chunk_delay_s > 0:
             time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
-        for name, data, text in _events(body, blocks):
+        for name, data, text in _events(body, blocks, entry.number):
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             self.wfile.flush()
             sent = time.time_ns()
@@ -202,8 +207,8 @@ class FakeAnthropicServer(ThreadingHTTPServer):
         return f"http://{host!s}:{port}"
 
     def record(self, body: dict[str, Any], received_ns: int) -> Received:
-        entry = Received(body, received_ns)
         with self._lock:
+            entry = Received(body, received_ns, len(self.log) + 1)
             self.log.append(entry)
         return entry
 
