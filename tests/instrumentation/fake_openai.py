@@ -15,6 +15,15 @@ for at once, one city each (:data:`TOOL_CITIES`), ids ``call_weather_1``, ``call
 ``first_chunk_delay_s`` (0 unless a test sets it) holds a streamed answer's first chunk back
 that long, as a real model's first token takes time: a framework that records time to first
 byte in whole milliseconds and drops 0 (Strands Agents) then always writes it.
+
+``tool_rounds`` (1 unless a test sets it) is how many answers to one conversation ask for tools
+before the text answer: a request is answered with tool calls while it holds fewer assistant
+turns with tool calls than that (an agent loop of several iterations).
+
+``sent`` is the truth a fidelity test holds spans against: one :class:`Sent` per chat request,
+in arrival order, with the instant it arrived, the instant its first chunk was sent and the
+instant its first text chunk was sent (``time.time_ns()``, the clock the SDK stamps spans with;
+``None`` for an answer with tool calls only).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -38,31 +48,52 @@ TOOL_CITIES = ("Paris", "London", "Rome")
 CREATED = 1_700_000_000
 
 
-def _wants_tool_call(body: dict[str, Any]) -> bool:
+@dataclass
+class Sent:
+    """One chat request received, and when its answer's first chunk and first text were sent (ns)."""
+
+    body: dict[str, Any]
+    received_ns: int
+    first_chunk_ns: int | None = None
+    first_text_ns: int | None = None
+
+
+def _wants_tool_call(body: dict[str, Any], tool_rounds: int = 1) -> bool:
     messages = body.get("messages") or []
-    return bool(body.get("tools")) and not any(m.get("role") == "tool" for m in messages)
+    if tool_rounds == 1:
+        return bool(body.get("tools")) and not any(m.get("role") == "tool" for m in messages)
+    done = sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+    return bool(body.get("tools")) and done < tool_rounds
 
 
 def _usage() -> dict[str, int]:
     return {"prompt_tokens": 12, "completion_tokens": len(ANSWER_WORDS), "total_tokens": 12 + len(ANSWER_WORDS)}
 
 
-def _tool_call(index: int) -> tuple[str, str]:
-    """The id and the arguments of the answer's tool call ``index`` (0: ``TOOL_CALL_ID``, Paris)."""
-    if index == 0:
-        return TOOL_CALL_ID, TOOL_ARGUMENTS
-    return f"call_weather_{index + 1}", json.dumps({"city": TOOL_CITIES[index]})
+def _tool_call(index: int, round_index: int = 0) -> tuple[str, str]:
+    """The id and the arguments of the answer's tool call ``index`` (0: ``TOOL_CALL_ID``, Paris).
+
+    Tool rounds after the first have ids of their own: ``call_weather_r2_1``...
+    """
+    arguments = TOOL_ARGUMENTS if index == 0 else json.dumps({"city": TOOL_CITIES[index % len(TOOL_CITIES)]})
+    if round_index:
+        return f"call_weather_r{round_index + 1}_{index + 1}", arguments
+    return (TOOL_CALL_ID if index == 0 else f"call_weather_{index + 1}"), arguments
 
 
-def completion(body: dict[str, Any], tool_calls: int = 1) -> dict[str, Any]:
+def _round(body: dict[str, Any]) -> int:
+    return sum(1 for m in body.get("messages") or [] if m.get("role") == "assistant" and m.get("tool_calls"))
+
+
+def completion(body: dict[str, Any], tool_calls: int = 1, tool_rounds: int = 1) -> dict[str, Any]:
     """The non-streamed ``chat.completion`` answer to a request body."""
-    if _wants_tool_call(body):
+    if _wants_tool_call(body, tool_rounds):
         message: dict[str, Any] = {
             "role": "assistant",
             "content": None,
             "tool_calls": [
                 {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
-                for call_id, arguments in map(_tool_call, range(tool_calls))
+                for call_id, arguments in (_tool_call(index, _round(body)) for index in range(tool_calls))
             ],
         }
         finish = "tool_calls"
@@ -79,7 +110,7 @@ def completion(body: dict[str, Any], tool_calls: int = 1) -> dict[str, Any]:
     }
 
 
-def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]]:
+def chunks(body: dict[str, Any], tool_calls: int = 1, tool_rounds: int = 1) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed answer, in order."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -91,9 +122,9 @@ def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
 
-    if _wants_tool_call(body):
+    if _wants_tool_call(body, tool_rounds):
         for index in range(tool_calls):
-            call_id, arguments = _tool_call(index)
+            call_id, arguments = _tool_call(index, _round(body))
             opening = {
                 "index": index,
                 "id": call_id,
@@ -122,12 +153,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: FakeOpenAIServer
 
     def do_POST(self) -> None:
+        received_ns = time.time_ns()
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
             return
-        self.server.record(body)
+        sent = self.server.record(body, received_ns)
         if body.get("model") == PAIRED_MODEL:
             try:
                 self.server.pair.wait()
@@ -136,7 +168,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(504, {"error": {"message": "no second paired request", "type": "timeout"}})
                 return
         if not body.get("stream"):
-            self._send_json(200, completion(body, self.server.tool_calls))
+            answer = completion(body, self.server.tool_calls, self.server.tool_rounds)
+            sent.first_chunk_ns = time.time_ns()
+            if answer["choices"][0]["message"]["content"]:
+                sent.first_text_ns = sent.first_chunk_ns
+            self._send_json(200, answer)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -144,9 +180,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
         if self.server.first_chunk_delay_s > 0:
             time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
-        for item in chunks(body, self.server.tool_calls):
+        for item in chunks(body, self.server.tool_calls, self.server.tool_rounds):
             self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
             self.wfile.flush()
+            instant = time.time_ns()
+            if sent.first_chunk_ns is None:
+                sent.first_chunk_ns = instant
+            if sent.first_text_ns is None and any((c.get("delta") or {}).get("content") for c in item["choices"]):
+                sent.first_text_ns = instant
         self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
@@ -163,15 +204,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class FakeOpenAIServer(ThreadingHTTPServer):
-    """The HTTP server; ``requests`` holds the JSON body of every chat request received."""
+    """The HTTP server; ``requests`` holds the JSON body of every chat request received, ``sent`` its truth."""
 
     daemon_threads = True
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        self.sent: list[Sent] = []
         self.first_chunk_delay_s = 0.0
         self.tool_calls = 1
+        self.tool_rounds = 1
         self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
         self._lock = threading.Lock()
 
@@ -181,9 +224,12 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def record(self, body: dict[str, Any]) -> None:
+    def record(self, body: dict[str, Any], received_ns: int) -> Sent:
+        sent = Sent(body, received_ns)
         with self._lock:
             self.requests.append(body)
+            self.sent.append(sent)
+        return sent
 
 
 @contextmanager
