@@ -15,6 +15,13 @@ for at once, one city each (:data:`TOOL_CITIES`), ids ``call_weather_1``, ``call
 ``first_chunk_delay_s`` (0 unless a test sets it) holds a streamed answer's first chunk back
 that long, as a real model's first token takes time: a framework that records time to first
 byte in whole milliseconds and drops 0 (Strands Agents) then always writes it.
+
+``script`` (empty unless a test fills it) replaces the canned answers: each chat request
+takes the next :class:`Turn`, tool calls (any names, any arguments, several at once) or a
+text, so an agent loop can be driven through several iterations to its stop tool.
+``served`` is the server's own record, the yardstick of the framework tests: per request,
+its body, whether it streamed, the tool calls it answered, and the instant
+(``time.time_ns()``, taken just before the write) its first chunk with text was sent.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -36,6 +44,24 @@ TOOL_CALL_ID = "call_weather_1"
 TOOL_ARGUMENTS = '{"city": "Paris"}'
 TOOL_CITIES = ("Paris", "London", "Rome")
 CREATED = 1_700_000_000
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted answer: ``tool_calls`` as (name, JSON arguments) pairs, else ``text`` streamed word by word."""
+
+    tool_calls: tuple[tuple[str, str], ...] = ()
+    text: str = "".join(ANSWER_WORDS)
+
+
+@dataclass
+class Served:
+    """What the server really did for one chat request (``first_text_ns`` None: it sent no text)."""
+
+    body: dict[str, Any]
+    stream: bool
+    tool_calls: tuple[str, ...]
+    first_text_ns: int | None = None
 
 
 def _wants_tool_call(body: dict[str, Any]) -> bool:
@@ -54,20 +80,33 @@ def _tool_call(index: int) -> tuple[str, str]:
     return f"call_weather_{index + 1}", json.dumps({"city": TOOL_CITIES[index]})
 
 
-def completion(body: dict[str, Any], tool_calls: int = 1) -> dict[str, Any]:
-    """The non-streamed ``chat.completion`` answer to a request body."""
+def _turn(body: dict[str, Any], tool_calls: int) -> Turn:
+    """The canned answer to a request body when no script is set."""
     if _wants_tool_call(body):
+        return Turn(tool_calls=tuple((TOOL_NAME, _tool_call(index)[1]) for index in range(tool_calls)))
+    return Turn()
+
+
+def _call_id(index: int) -> str:
+    """The id of an answer's tool call ``index`` (0: ``TOOL_CALL_ID``)."""
+    return f"call_weather_{index + 1}"
+
+
+def completion(body: dict[str, Any], tool_calls: int = 1, turn: Turn | None = None) -> dict[str, Any]:
+    """The non-streamed ``chat.completion`` answer to a request body (``turn``: the scripted one)."""
+    turn = turn or _turn(body, tool_calls)
+    if turn.tool_calls:
         message: dict[str, Any] = {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
-                for call_id, arguments in map(_tool_call, range(tool_calls))
+                {"id": _call_id(index), "type": "function", "function": {"name": name, "arguments": arguments}}
+                for index, (name, arguments) in enumerate(turn.tool_calls)
             ],
         }
         finish = "tool_calls"
     else:
-        message = {"role": "assistant", "content": "".join(ANSWER_WORDS)}
+        message = {"role": "assistant", "content": turn.text}
         finish = "stop"
     return {
         "id": "chatcmpl-fake-1",
@@ -79,8 +118,9 @@ def completion(body: dict[str, Any], tool_calls: int = 1) -> dict[str, Any]:
     }
 
 
-def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]]:
-    """The ``chat.completion.chunk`` objects of a streamed answer, in order."""
+def chunks(body: dict[str, Any], tool_calls: int = 1, turn: Turn | None = None) -> Iterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed answer, in order (``turn``: the scripted one)."""
+    turn = turn or _turn(body, tool_calls)
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
@@ -91,14 +131,13 @@ def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
 
-    if _wants_tool_call(body):
-        for index in range(tool_calls):
-            call_id, arguments = _tool_call(index)
+    if turn.tool_calls:
+        for index, (name, arguments) in enumerate(turn.tool_calls):
             opening = {
                 "index": index,
-                "id": call_id,
+                "id": _call_id(index),
                 "type": "function",
-                "function": {"name": TOOL_NAME, "arguments": ""},
+                "function": {"name": name, "arguments": ""},
             }
             delta: dict[str, Any] = {"tool_calls": [opening]}
             if index == 0:
@@ -108,7 +147,7 @@ def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]
         yield chunk({}, "tool_calls")
     else:
         yield chunk({"role": "assistant", "content": ""})
-        for word in ANSWER_WORDS:
+        for word in _words(turn.text):
             yield chunk({"content": word})
         yield chunk({}, "stop")
     if (body.get("stream_options") or {}).get("include_usage"):
@@ -116,6 +155,12 @@ def chunks(body: dict[str, Any], tool_calls: int = 1) -> Iterator[dict[str, Any]
         final["choices"] = []
         final["usage"] = _usage()
         yield final
+
+
+def _words(text: str) -> list[str]:
+    """``text`` in chunks of one word each (with its trailing space), as a model streams it."""
+    words = text.split(" ")
+    return [word + " " for word in words[:-1]] + [words[-1]]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -127,7 +172,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "invalid_request_error"}})
             return
-        self.server.record(body)
+        turn = self.server.next_turn(body)
+        self._answer(body, turn, self.server.record(body, turn))
+
+    def _answer(self, body: dict[str, Any], turn: Turn, served: Served) -> None:
         if body.get("model") == PAIRED_MODEL:
             try:
                 self.server.pair.wait()
@@ -136,7 +184,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(504, {"error": {"message": "no second paired request", "type": "timeout"}})
                 return
         if not body.get("stream"):
-            self._send_json(200, completion(body, self.server.tool_calls))
+            if not turn.tool_calls:
+                served.first_text_ns = time.time_ns()
+            self._send_json(200, completion(body, self.server.tool_calls, turn))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -144,7 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
         if self.server.first_chunk_delay_s > 0:
             time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
-        for item in chunks(body, self.server.tool_calls):
+        for item in chunks(body, self.server.tool_calls, turn):
+            if served.first_text_ns is None and any((c.get("delta") or {}).get("content") for c in item["choices"]):
+                served.first_text_ns = time.time_ns()  # taken before the write: no client can read it earlier
             self.wfile.write(b"data: " + json.dumps(item).encode() + b"\n\n")
             self.wfile.flush()
         self.wfile.write(b"data: [DONE]\n\n")
@@ -170,6 +222,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
+        self.served: list[Served] = []
+        self.script: list[Turn] = []
         self.first_chunk_delay_s = 0.0
         self.tool_calls = 1
         self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
@@ -181,9 +235,25 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def record(self, body: dict[str, Any]) -> None:
+    def next_turn(self, body: dict[str, Any]) -> Turn:
+        """The next scripted turn, or the canned answer when the script is empty."""
+        with self._lock:
+            return self.script.pop(0) if self.script else _turn(body, self.tool_calls)
+
+    def record(self, body: dict[str, Any], turn: Turn | None = None) -> Served:
+        turn = turn or _turn(body, self.tool_calls)
+        served = Served(body, bool(body.get("stream")), tuple(name for name, _ in turn.tool_calls))
         with self._lock:
             self.requests.append(body)
+            self.served.append(served)
+        return served
+
+    def clear(self) -> None:
+        """Forget the requests served so far and any script left."""
+        with self._lock:
+            self.requests.clear()
+            self.served.clear()
+            self.script.clear()
 
 
 @contextmanager
