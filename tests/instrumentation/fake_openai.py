@@ -20,8 +20,9 @@ byte in whole milliseconds and drops 0 (Strands Agents) then always writes it.
 takes the next :class:`Turn`, tool calls (any names, any arguments, several at once) or a
 text, so an agent loop can be driven through several iterations to its stop tool.
 ``served`` is the server's own record, the yardstick of the framework tests: per request,
-its body, whether it streamed, the tool calls it answered, and the instant
-(``time.time_ns()``, taken just before the write) its first chunk with text was sent.
+its body, whether it streamed, the tool calls it answered, the instant it was received
+(``time.time_ns()``) and the instant its first chunk with text was sent (taken just before
+the write, so no client can have read it earlier).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Served:
     body: dict[str, Any]
     stream: bool
     tool_calls: tuple[str, ...]
+    received_ns: int
     first_text_ns: int | None = None
 
 
@@ -242,7 +244,7 @@ class FakeOpenAIServer(ThreadingHTTPServer):
 
     def record(self, body: dict[str, Any], turn: Turn | None = None) -> Served:
         turn = turn or _turn(body, self.tool_calls)
-        served = Served(body, bool(body.get("stream")), tuple(name for name, _ in turn.tool_calls))
+        served = Served(body, bool(body.get("stream")), tuple(name for name, _ in turn.tool_calls), time.time_ns())
         with self._lock:
             self.requests.append(body)
             self.served.append(served)
