@@ -200,7 +200,7 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
 
 @pytest.fixture(scope="module", params=[(s, m) for s in STACKS for m in ("completion", "acompletion")], ids=str)
 def ran(request: pytest.FixtureRequest, fake_openai: FakeOpenAIServer) -> Iterator[tuple[Outcome, Truth]]:
-    """One streamed request under one instrumentation, once all its model spans are exported; and the truth."""
+    """One streamed request under one instrumentation, once all its model spans are exported and flushed; the truth."""
     stack, mode = request.param
     switch_on, scope = STACKS[stack]
     pipe = budget_pipeline(max_model_calls=len(SCRIPT))
@@ -213,14 +213,16 @@ def ran(request: pytest.FixtureRequest, fake_openai: FakeOpenAIServer) -> Iterat
             return [s for s in spans if s.instrumentation_scope and s.instrumentation_scope.name == scope]
 
         def all_in(spans: list[ReadableSpan]) -> bool:
-            calls = [s for s in model_spans(spans) if s.name != NOT_A_CALL]
-            return any(s.name == "request" for s in spans) and len(calls) >= len(SCRIPT)
+            return len([s for s in model_spans(spans) if s.name != NOT_A_CALL]) >= len(SCRIPT)
 
         fake_openai.clear()
         RUNS.clear()
         fake_openai.script.extend(SCRIPT)
         assert _request(pipe, fake_openai, stack, mode, lambda: exporter.wait_until(all_in)) == ANSWER
         assert fake_openai.script == []
+        # Every call's span is in: a root still held for late spans is forwarded now, as at a flush.
+        assert pipe.provider.force_flush()
+        assert [s.name for s in pipe.finished()].count("request") == 1
         yield Outcome(pipe), Truth.of(fake_openai, RUNS)
     finally:
         undo()
