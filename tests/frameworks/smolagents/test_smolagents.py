@@ -7,9 +7,16 @@ the ReAct loop's stop signal, the ``final_answer`` tool. OpenInference writes
 ``ToolCallingAgent.run`` (AGENT) > ``Step N`` (CHAIN) > ``OpenAIServerModel.generate_stream``
 (LLM) and one TOOL span per ``Tool.__call__``, ``FinalAnswerTool`` included.
 
+Two ways: OpenInference's smolagents instrumentation alone (``smolagents``), and with
+OpenInference's openai instrumentation on the client too (``smolagents+openai``), which nests
+a ``ChatCompletion`` (LLM) span in each ``generate_stream`` span (two spans, one call) and
+marks each stream's first chunk with its ``First Token Stream Event``: here the first chunk
+of a tool-call-only stream.
+
 The yardstick: three model calls (the server's log), three tool runs (the tool records its
 own), no text chunk sent at all (every answer is tool calls, the last one ``final_answer``),
-so no first token. ``final_answer`` is bookkeeping, not a tool call (issue 45, class 6).
+so no first token. ``final_answer`` is bookkeeping, not a tool call (issue 45, class 6); the
+first chunk of a tool-call-only stream is no token the user sees (class 4).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from openinference.instrumentation.openai import OpenAIInstrumentor
 from openinference.instrumentation.smolagents import SmolagentsInstrumentor
 from smolagents import OpenAIServerModel, ToolCallingAgent, tool
 from smolagents.memory import FinalAnswerStep
@@ -35,6 +43,10 @@ SCRIPT = (
     Turn(tool_calls=(("final_answer", json.dumps({"answer": ANSWER})),)),
 )
 RUNS = ToolRuns()
+WAYS = {
+    "smolagents": (SmolagentsInstrumentor,),
+    "smolagents+openai": (SmolagentsInstrumentor, OpenAIInstrumentor),
+}
 
 
 @tool
@@ -56,14 +68,16 @@ def fake_openai() -> Iterator[FakeOpenAIServer]:
         yield server
 
 
-@pytest.fixture
-def pipe() -> Iterator[Pipeline]:
-    """A budget pipeline with OpenInference's smolagents instrumentation on, off again afterwards."""
+@pytest.fixture(params=list(WAYS))
+def pipe(request: pytest.FixtureRequest) -> Iterator[Pipeline]:
+    """A budget pipeline with one way's OpenInference instrumentations on, off again afterwards."""
     pipe = budget_pipeline(max_model_calls=len(SCRIPT))
-    instrumentor = SmolagentsInstrumentor()
-    instrumentor.instrument(tracer_provider=pipe.provider)
+    instrumentors = [kind() for kind in WAYS[request.param]]
+    for instrumentor in instrumentors:
+        instrumentor.instrument(tracer_provider=pipe.provider)
     yield pipe
-    instrumentor.uninstrument()
+    for instrumentor in reversed(instrumentors):
+        instrumentor.uninstrument()
 
 
 def _agent(server: FakeOpenAIServer) -> ToolCallingAgent:
