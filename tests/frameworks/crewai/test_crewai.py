@@ -5,16 +5,19 @@ One crew, one agent with a ``get_weather`` tool, one task, on CrewAI's own OpenA
 fake OpenAI server, through three iterations: two ``get_weather`` calls at once, one more, then
 the streamed answer. No model-call instrumentation is on.
 
-Two ways OpenInference traces it:
+Three ways OpenInference traces it:
 
 - ``wrappers`` (its default): ``Crew_<id>.kickoff`` (CHAIN) > ``<role>._execute_core`` (AGENT)
   > ``get_weather.run`` (TOOL). No span for any model call: the request root holds an agent
   and tool spans, and the three model calls are invisible (issue 45, class 5).
 - ``event-listener`` (``use_event_listener=True``): ``crew.kickoff`` (CHAIN) > ``<role>.<task>.execute``
   (AGENT) > ``<model>.llm_call`` (LLM) and ``get_weather.run`` (TOOL), from CrewAI's event bus.
+- ``wrappers+openai``: the wrappers, and OpenInference's openai instrumentation on CrewAI's
+  client: a ``ChatCompletion`` (LLM) span per call, whose ``First Token Stream Event`` marks
+  its stream's first chunk (tool calls only, in the two planning calls).
 
 The yardstick: three model calls (the server's log), three tool runs (the tool records its
-own), the first text chunk the server sent. No span times a stream's first chunk, so the
+own), the first text chunk the server sent. Where no span times a stream's first chunk, the
 request may have no first token; one it has must be the truth. Where no span shows the model
 calls, the root may leave model_call out, but a count it writes must be the real one.
 """
@@ -27,6 +30,7 @@ import pytest
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 from openinference.instrumentation.crewai import CrewAIInstrumentor
+from openinference.instrumentation.openai import OpenAIInstrumentor
 
 from ...instrumentation.fake_openai import MODEL, TOOL_NAME, FakeOpenAIServer, Turn, serve
 from ..stacks import Outcome, budget_pipeline
@@ -40,8 +44,8 @@ SCRIPT = (
     Turn(text=ANSWER),
 )
 RUNS = ToolRuns()
-# way -> whether its spans show the model calls
-WAYS = {"wrappers": False, "event-listener": True}
+# way -> (OpenInference's event listener instead of its wrappers, its openai instrumentation too)
+WAYS = {"wrappers": (False, False), "event-listener": (True, False), "wrappers+openai": (False, True)}
 
 
 @tool(TOOL_NAME)
@@ -67,12 +71,16 @@ def _crew(server: FakeOpenAIServer) -> Crew:
 
 
 @pytest.fixture(scope="module", params=list(WAYS))
-def ran(request: pytest.FixtureRequest, fake_openai: FakeOpenAIServer) -> Iterator[tuple[Outcome, Truth, bool]]:
-    """One crew run under a ``request`` span, one way of tracing it; the truth; whether spans show model calls."""
+def ran(request: pytest.FixtureRequest, fake_openai: FakeOpenAIServer) -> Iterator[tuple[Outcome, Truth, str]]:
+    """One crew run under a ``request`` span, one way of tracing it; the truth; the way."""
     way = request.param
+    listener, with_openai = WAYS[way]
     pipe = budget_pipeline(max_model_calls=len(SCRIPT))
-    instrumentor = CrewAIInstrumentor()
-    instrumentor.instrument(tracer_provider=pipe.provider, use_event_listener=way == "event-listener")
+    crewai = CrewAIInstrumentor()
+    crewai.instrument(tracer_provider=pipe.provider, use_event_listener=listener)
+    client = OpenAIInstrumentor()
+    if with_openai:
+        client.instrument(tracer_provider=pipe.provider)
     try:
         crew = _crew(fake_openai)
         fake_openai.clear()
@@ -81,12 +89,14 @@ def ran(request: pytest.FixtureRequest, fake_openai: FakeOpenAIServer) -> Iterat
         with pipe.tracer.start_as_current_span("request"):
             assert str(crew.kickoff()).strip() == ANSWER
         assert fake_openai.script == []
-        yield Outcome(pipe), Truth.of(fake_openai, RUNS), WAYS[way]
+        yield Outcome(pipe), Truth.of(fake_openai, RUNS), way
     finally:
-        instrumentor.uninstrument()
+        if with_openai:
+            client.uninstrument()
+        crewai.uninstrument()
 
 
-def test_the_truth_is_three_streamed_calls_three_tool_runs_and_text_last(ran: tuple[Outcome, Truth, bool]) -> None:
+def test_the_truth_is_three_streamed_calls_three_tool_runs_and_text_last(ran: tuple[Outcome, Truth, str]) -> None:
     """The yardstick itself: three streamed requests (two tools at once, one, the answer), three tool runs."""
     _, truth, _ = ran
     assert [s.stream for s in truth.served] == [True, True, True]
@@ -95,16 +105,16 @@ def test_the_truth_is_three_streamed_calls_three_tool_runs_and_text_last(ran: tu
     assert [s.first_text_ns is None for s in truth.served] == [True, True, False]
 
 
-def test_the_request_is_judged(ran: tuple[Outcome, Truth, bool]) -> None:
+def test_the_request_is_judged(ran: tuple[Outcome, Truth, str]) -> None:
     """A root holding an agent and tool spans is a request: it gets a verdict, whether or not model spans show."""
     found, _, _ = ran
     assert "latency_budget.verdict" in found.root_attributes, sorted(found.root_attributes)
 
 
-def test_counts_are_the_real_calls(ran: tuple[Outcome, Truth, bool]) -> None:
+def test_counts_are_the_real_calls(ran: tuple[Outcome, Truth, str]) -> None:
     """tool_calls is the three runs; model_call the three requests the server saw (absent when no span shows them)."""
-    found, truth, sees_model_calls = ran
-    if sees_model_calls:
+    found, truth, way = ran
+    if way != "wrappers":  # the others show every model call
         assert_counts_are_the_truth(found, truth)
         return
     counts = found.counts()
@@ -112,19 +122,19 @@ def test_counts_are_the_real_calls(ran: tuple[Outcome, Truth, bool]) -> None:
     assert counts.get("model_call") in (None, truth.counts["model_call"]), counts
 
 
-def test_no_false_violation(ran: tuple[Outcome, Truth, bool]) -> None:
+def test_no_false_violation(ran: tuple[Outcome, Truth, str]) -> None:
     """max_calls is the real number of model calls: no violation of any kind."""
     found, _, _ = ran
     assert found.violation_kinds() == []
 
 
-def test_a_first_token_on_the_root_is_the_first_text_chunk(ran: tuple[Outcome, Truth, bool]) -> None:
-    """No span times its first chunk: the root may have no first token, but never a wrong one."""
-    found, truth, _ = ran
-    assert_first_token_is_the_truth(found, truth, recorded=False)
+def test_the_first_token_on_the_root_is_the_first_text_chunk(ran: tuple[Outcome, Truth, str]) -> None:
+    """The first token is the answer's first text chunk, not a planning call's tool-call chunk; written when timed."""
+    found, truth, way = ran
+    assert_first_token_is_the_truth(found, truth, recorded=way == "wrappers+openai")
 
 
-def test_every_call_is_in_the_request_and_exported_once(ran: tuple[Outcome, Truth, bool]) -> None:
+def test_every_call_is_in_the_request_and_exported_once(ran: tuple[Outcome, Truth, str]) -> None:
     """Every staged span is in the request's trace (the parallel tools' threads included); exported once."""
     found, _, _ = ran
     found.assert_all_calls_in_the_request()
