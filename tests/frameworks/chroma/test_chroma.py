@@ -97,7 +97,7 @@ def outcome(pipe: Pipeline, notes: Any, fake_openai: FakeOpenAIServer, runs: Run
     model = openai.OpenAI(base_url=fake_openai.base_url, api_key="dummy-key", max_retries=0)
     agent = Agent(pipe.tracer, model, runs, parallel=PARALLEL_TOOLS, retrieve=_searcher(notes))
     fake_openai.requests.clear()
-    fake_openai.sent.clear()
+    fake_openai.served.clear()
     with pipe.tracer.start_as_current_span("request"):
         assert agent.answer(QUESTION) == "It is sunny in Paris."
     return Outcome(pipe)
@@ -113,8 +113,8 @@ QUERY_SPAN = "chroma.query"
 def test_what_really_ran(outcome: Outcome, fake_openai: FakeOpenAIServer, runs: Runs) -> None:
     """The truth the other tests hold the processor to: 1 search, 3 streamed calls, 2 rounds of 2 parallel tools."""
     assert len(runs.named(SEARCH)) == 1
-    assert [s.body.get("stream") for s in fake_openai.sent] == [True] * MODEL_CALLS
-    assert [s.first_text_ns is None for s in fake_openai.sent] == [True] * TOOL_ROUNDS + [False]
+    assert [s.body.get("stream") for s in fake_openai.served] == [True] * MODEL_CALLS
+    assert [s.first_text_ns is None for s in fake_openai.served] == [True] * TOOL_ROUNDS + [False]
     tools = runs.named(TOOL_NAME)
     assert len(tools) == TOOL_ROUNDS * PARALLEL_TOOLS
     for round_index in range(TOOL_ROUNDS):
@@ -133,7 +133,7 @@ def test_counts_are_the_real_calls(outcome: Outcome, fake_openai: FakeOpenAIServ
     """Per stage, the request counts what really ran: the searches, the server's requests, the tool runs."""
     assert outcome.counts() == {
         "retrieval": len(runs.named(SEARCH)),
-        "model_call": len(fake_openai.sent),
+        "model_call": len(fake_openai.served),
         "tool_calls": len(runs.named(TOOL_NAME)),
     }
     assert outcome.violation_kinds() == []  # max_calls is the real number of model calls
@@ -141,7 +141,7 @@ def test_counts_are_the_real_calls(outcome: Outcome, fake_openai: FakeOpenAIServ
 
 def test_the_first_token_is_the_answers_first_text_chunk(outcome: Outcome, fake_openai: FakeOpenAIServer) -> None:
     """The request's first token is when the server sent the answer's first text, not a tool-call chunk before it."""
-    [first_text] = [s.first_text_ns for s in fake_openai.sent if s.first_text_ns is not None]
+    [first_text] = [s.first_text_ns for s in fake_openai.served if s.first_text_ns is not None]
     assert_first_token_is_the_first_text(outcome, first_text)
 
 

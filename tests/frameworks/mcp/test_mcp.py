@@ -121,7 +121,7 @@ async def _agent(client: Client, model: openai.AsyncOpenAI, question: str) -> st
 def outcome(pipe: Pipeline, fake_openai: FakeOpenAIServer, tmp_path: Path) -> Outcome:
     """One request under a ``request`` span: three streamed model calls, two rounds of two MCP tool calls."""
     fake_openai.requests.clear()
-    fake_openai.sent.clear()
+    fake_openai.served.clear()
 
     async def go() -> str:
         model = openai.AsyncOpenAI(base_url=fake_openai.base_url, api_key="dummy-key", max_retries=0)
@@ -151,8 +151,8 @@ def _attributes(span: ReadableSpan) -> dict[str, Any]:
 
 def test_what_really_ran(outcome: Outcome, fake_openai: FakeOpenAIServer, tmp_path: Path) -> None:
     """The truth the other tests hold the processor to: 3 streamed model calls, 2 rounds of 2 tool runs in parallel."""
-    assert [s.body.get("stream") for s in fake_openai.sent] == [True] * MODEL_CALLS
-    assert [s.first_text_ns is None for s in fake_openai.sent] == [True] * TOOL_ROUNDS + [False]
+    assert [s.body.get("stream") for s in fake_openai.served] == [True] * MODEL_CALLS
+    assert [s.first_text_ns is None for s in fake_openai.served] == [True] * TOOL_ROUNDS + [False]
     runs = sorted(_tool_runs(tmp_path), key=lambda r: r.started_ns)
     assert len(runs) == TOOL_ROUNDS * PARALLEL_TOOLS
     for round_index in range(TOOL_ROUNDS):
@@ -181,13 +181,13 @@ def test_the_mcp_tool_calls_are_tool_calls(outcome: Outcome, tmp_path: Path) -> 
 
 def test_counts_are_the_real_calls(outcome: Outcome, fake_openai: FakeOpenAIServer, tmp_path: Path) -> None:
     """Per stage, the request counts what really ran: the server's requests, the MCP tool runs."""
-    assert outcome.counts() == {"model_call": len(fake_openai.sent), "tool_calls": len(_tool_runs(tmp_path))}
+    assert outcome.counts() == {"model_call": len(fake_openai.served), "tool_calls": len(_tool_runs(tmp_path))}
     assert outcome.violation_kinds() == []  # max_calls is the real number of model calls
 
 
 def test_the_first_token_is_the_answers_first_text_chunk(outcome: Outcome, fake_openai: FakeOpenAIServer) -> None:
     """The request's first token is when the server sent the answer's first text, not a tool-call chunk before it."""
-    [first_text] = [s.first_text_ns for s in fake_openai.sent if s.first_text_ns is not None]
+    [first_text] = [s.first_text_ns for s in fake_openai.served if s.first_text_ns is not None]
     assert_first_token_is_the_first_text(outcome, first_text)
 
 
