@@ -105,7 +105,7 @@ def test_an_empty_text_part_before_tool_calls_is_no_text() -> None:
 
 
 def test_openinference_blank_content_beside_a_tool_call_is_no_text() -> None:
-    """OpenInference's first output message with a tool call and whitespace-only content answered with tool calls only."""
+    """OpenInference's first output message with a tool call and blank content answered with tool calls only."""
     p = pipeline()
     root = p.start("POST /ask", 0)
     plan = {

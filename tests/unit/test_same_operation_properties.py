@@ -78,9 +78,12 @@ def oracle_same(a: Drawn, b: Drawn) -> bool:
         return False
     if a.response_id is not None and b.response_id is not None:  # the provider's id decides
         return a.response_id == b.response_id
-    if a.output_tokens is not None and b.output_tokens is not None:
-        if abs(a.output_tokens - b.output_tokens) > TOKEN_SLACK:
-            return False
+    if (
+        a.output_tokens is not None
+        and b.output_tokens is not None
+        and abs(a.output_tokens - b.output_tokens) > TOKEN_SLACK
+    ):
+        return False
     supporting = [(a.output_tokens, b.output_tokens), (a.input_tokens, b.input_tokens)]
     return any(x is not None and x == y for x, y in supporting)
 

@@ -115,7 +115,7 @@ def test_openinference_beside_the_sdk_counts_once_though_its_prompt_tokens_diffe
 
 
 def test_openllmetrys_span_ending_later_with_one_more_output_token_is_the_same_call() -> None:
-    """As the lab recorded: OpenLLMetry ends ~9 ms after the SDK (72% overlap) and adds message_start's token: 3 calls."""
+    """As the lab recorded: OpenLLMetry ends ~9 ms after the SDK (72% overlap), one output token more: 3 calls."""
     p = pipeline("version: 1\nstages:\n  model_call: {budget_ms: 60000, max_calls: 3}\n")
     root = p.start("request", 0)
     for i in range(3):
@@ -129,7 +129,7 @@ def test_openllmetrys_span_ending_later_with_one_more_output_token_is_the_same_c
 
 
 def test_without_ids_output_tokens_one_apart_and_equal_input_tokens_are_the_same_call() -> None:
-    """No response id on either span: output tokens 1 apart are no evidence against, the equal input tokens link them."""
+    """No response ids: output tokens 1 apart are no evidence against, the equal input tokens link the spans."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     sdk, openllmetry = _sdk_chat("x", 18), _openllmetry_chat("x", 19)

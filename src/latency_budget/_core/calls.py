@@ -139,7 +139,7 @@ TWIN_END_SLACK_MS = 20.0
 """The later-starting of two instrumentations of one call ends at most this after the other (or 10% of the longer)."""
 
 TOKEN_SLACK = 2
-"""Output token counts of two instrumentations of one call may differ by this much (OpenLLMetry adds message_start's)."""
+"""Two instrumentations' output token counts of one call may differ by this (OpenLLMetry adds message_start's)."""
 
 MAX_TWIN_CANDIDATES = 16
 """How many of the latest-started open spans of its stage a span is compared with (a bound, not a rule)."""
