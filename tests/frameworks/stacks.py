@@ -63,6 +63,17 @@ class WatchedExporter(InMemorySpanExporter):
             return self._exported.wait_for(lambda: done(list(self.get_finished_spans())), timeout_s)
 
 
+class SettledPipeline(Pipeline):
+    """A pipeline whose exported spans are read once no local root is held back for late spans."""
+
+    def finished(self) -> list[ReadableSpan]:
+        """The exported spans, after a bounded wait for the held roots (forwarded within the processor's grace)."""
+        exporter = self.exporter
+        if isinstance(exporter, WatchedExporter):
+            exporter.wait_until(lambda _: self.processor.stats().held_roots == 0)
+        return super().finished()
+
+
 def budget_pipeline(
     max_model_calls: int, *, before: Sequence[SpanProcessor] = (), requests: str | None = None
 ) -> Pipeline:
@@ -78,7 +89,7 @@ def budget_pipeline(
     handed = RecordingProcessor()
     for added in (handed, *before, processor):
         provider.add_span_processor(added)
-    return Pipeline(provider, processor, exporter, handed=handed)
+    return SettledPipeline(provider, processor, exporter, handed=handed)
 
 
 @dataclass
