@@ -83,9 +83,12 @@ def test_requests_all_judges_every_local_root() -> None:
 
 
 def _plain_root(p: Pipeline, start: float, **root: Any) -> None:
-    """A local root at ``start`` with one tool call, started with ``root``'s name, kind, parent, attributes."""
+    """A local root at ``start`` with one embedding call, started with ``root``'s name, kind, parent, attributes.
+
+    An embedding is no model or tool call: whether the root is judged is its own properties' doing.
+    """
     span = p.start(root.pop("name", "run"), start, **root)
-    p.run("tool", start + 1, start + 5, parent=span, attributes=op("execute_tool"))
+    p.run("embed", start + 1, start + 5, parent=span, attributes=op("embeddings"))
     span.end(end_time=at(start + 10))
 
 
@@ -117,12 +120,12 @@ def _plain_root(p: Pipeline, start: float, **root: Any) -> None:
     ],
 )
 def test_the_default_judges_roots_that_are_plausibly_requests(root: dict[str, Any], judged: bool) -> None:
-    """By default a root with a tool call is judged as a server or consumer span, remote child or agent run."""
+    """By default a root with only an embedding is judged as a server or consumer span, remote child or agent run."""
     p = pipeline()
     _plain_root(p, 0, **root)
     assert len(p.reports) == (1 if judged else 0)
     [exported] = [s for s in p.finished() if s.name == "run"]
-    assert (attr.stage_key("tool_calls", "count") in (exported.attributes or {})) is judged
+    assert (attr.stage_key("retrieval", "count") in (exported.attributes or {})) is judged
     assert p.passed_untouched(exported) is not judged
 
 
