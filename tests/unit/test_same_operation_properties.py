@@ -27,6 +27,7 @@ class Drawn:
     response_id: str | None
     output_tokens: int | None
     input_tokens: int | None
+    under_agent: bool = False  # a child of an agent span (no stage) rather than of the root
 
     def attributes(self) -> dict[str, object]:
         found: dict[str, object] = {"gen_ai.operation.name": "chat"}
@@ -51,6 +52,7 @@ def drawn(draw: st.DrawFn) -> Drawn:
         draw(st.sampled_from([None, "r1", "r2"])),
         draw(st.sampled_from([None, 5, 6, 7, 8])),
         draw(st.sampled_from([None, 10, 11])),
+        draw(st.sampled_from([False, False, True])),
     )
 
 
@@ -68,6 +70,8 @@ def oracle_timed_as_one(a: Drawn, b: Drawn) -> bool:
 def oracle_same(a: Drawn, b: Drawn) -> bool:
     """The definition, read plainly (docs: "How two instrumentations of one call are counted")."""
     overlap = min(a.end, b.end) - max(a.start, b.start)
+    if a.under_agent != b.under_agent:  # not siblings: written in two contexts, two calls
+        return False
     if a.model is None and b.model is None:
         return False
     if a.model is None or b.model is None:  # a span naming nothing, within one that names a model
@@ -126,9 +130,12 @@ def test_model_calls_are_the_groups_of_the_same_operation_and_the_union_keeps_ev
     """Count = the oracle's groups; actual_ms = the union of every span; busy_ms never counts a twin twice."""
     p = pipeline("version: 1\ntotal_ms: 60000\n")
     root = p.start("request", 0)
+    agent = p.start("agent", 0, parent=root)
     for i, span in enumerate(spans):
-        p.run(f"call {i}", span.start, span.end, parent=root, attributes=span.attributes())  # type: ignore[arg-type]
-    root.end(end_time=at(100))
+        parent = agent if span.under_agent else root
+        p.run(f"call {i}", span.start, span.end, parent=parent, attributes=span.attributes())  # type: ignore[arg-type]
+    agent.end(end_time=at(400))
+    root.end(end_time=at(400))
     attributes = dict(p.span("request").attributes or {})
     assert attributes[attr.stage_key("model_call", "count")] == oracle_groups(spans)
     assert attributes[attr.stage_key("model_call", "actual_ms")] == union_ms(spans)

@@ -262,7 +262,8 @@ def repeated_operations(
     """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
 
     Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
-    :func:`same_operation` links pairs of one stage; each linked group is one call, kept at
+    :func:`same_operation` links pairs of one stage with one parent (siblings: two
+    instrumentations of one call write it in one context); each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
     compared (a sweep in start order), so sequential calls cost a sort; a span is compared
@@ -290,6 +291,11 @@ def repeated_operations(
             # MAX_TWIN_CANDIDATES spans still open, so a fan-out of thousands stays linear.
             active = [j for j in active[-MAX_TWIN_CANDIDATES:] if spans[j][3] >= start]
             for j in active:
+                # Two instrumentations of one call write it in one context: siblings (one
+                # inside the other is nesting). Spans under different parents (two agents
+                # calling one tool at once) are two calls, however alike.
+                if spans[j][1] != spans[i][1]:
+                    continue
                 # Both ways of being one call need this timing: read the facts only then.
                 other_start, other_end = spans[j][2], spans[j][3]
                 overlap = min(end, other_end) - start
