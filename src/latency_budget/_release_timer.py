@@ -30,7 +30,7 @@ class ReleaseTimer:
     """
 
     def __init__(self, release: Callable[[], int | None], *, clock: Callable[[], int] = time.monotonic_ns) -> None:
-        self._release = weakref.WeakMethod(release)  # type: ignore[arg-type]
+        self._release = weakref.WeakMethod(release)
         self._clock = clock
         self._cond = threading.Condition(threading.Lock())
         self._deadline: int | None = None

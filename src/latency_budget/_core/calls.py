@@ -221,7 +221,7 @@ def same_operation(a: tuple[int, int, Facts], b: tuple[int, int, Facts]) -> bool
     agreed = False
     for mine, theirs in zip(a_counts, b_counts, strict=True):
         if mine.__class__ is int and theirs.__class__ is int:
-            if abs(mine - theirs) > TOKEN_SLACK:  # type: ignore[operator]
+            if abs(mine - theirs) > TOKEN_SLACK:
                 return False
             agreed = agreed or mine == theirs
     return agreed or any(
