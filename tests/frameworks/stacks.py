@@ -66,17 +66,21 @@ class WatchedExporter(InMemorySpanExporter):
 class SettledPipeline(Pipeline):
     """A pipeline whose exported spans are read once no local root is held back for late spans."""
 
-    def finished(self) -> list[ReadableSpan]:
-        """The exported spans, after a bounded wait for the held roots (forwarded within the processor's grace)."""
+    def settle(self) -> bool:
+        """Wait (bounded) until no local root is held for late spans: the processor forwards them within its grace."""
         exporter = self.exporter
-        if isinstance(exporter, WatchedExporter):
-            exporter.wait_until(lambda _: self.processor.stats().held_roots == 0)
+        assert isinstance(exporter, WatchedExporter)
+        return exporter.wait_until(lambda _: self.processor.stats().held_roots == 0)
+
+    def finished(self) -> list[ReadableSpan]:
+        """The exported spans, once no local root is held."""
+        self.settle()
         return super().finished()
 
 
 def budget_pipeline(
     max_model_calls: int, *, before: Sequence[SpanProcessor] = (), requests: str | None = None
-) -> Pipeline:
+) -> SettledPipeline:
     """A real SDK pipeline through LatencyBudgetProcessor into memory, judged by :func:`budgets`.
 
     ``before`` are processors of the stack itself that must see spans ahead of the exporting
