@@ -27,9 +27,10 @@ def _span(
     parent: trace.Span | None,
     attributes: Mapping[str, object],
     kind: SpanKind = SpanKind.INTERNAL,
+    scope: str = "test",
 ) -> trace.Span:
     context = trace.set_span_in_context(parent) if parent is not None else None
-    span = p.provider.get_tracer("test").start_span(
+    span = p.provider.get_tracer(scope).start_span(
         name,
         context=context,
         attributes=attributes,
@@ -50,6 +51,9 @@ def _count(p: Pipeline, stage: str, root: str = "request") -> object:
 
 
 # -- item 2: one real operation, one call -----------------------------------------------------
+
+
+OPENLLMETRY = "opentelemetry.instrumentation.anthropic"
 
 
 def _sdk_chat(response_id: str, output_tokens: int) -> dict[str, object]:
@@ -93,7 +97,9 @@ def test_the_sdks_own_span_beside_openllmetrys_counts_each_call_once() -> None:
     root = p.start("request", 0)
     for i in range(5):
         start = 10 + 100 * i
-        _span(p, f"chat {i}", start, start + 80, root, _sdk_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT)
+        _span(
+            p, f"chat {i}", start, start + 80, root, _sdk_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT, scope="anthropic"
+        )
         _span(
             p, "anthropic.chat", start + 0.2, start + 80.3, root, _openllmetry_chat(f"msg_{i}", 30 + i), SpanKind.CLIENT
         )
@@ -108,8 +114,8 @@ def test_openinference_beside_the_sdk_counts_once_though_its_prompt_tokens_diffe
     """OpenInference's `Messages` beside the SDK's `chat`: same model and output, prompt tokens counted otherwise."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    _span(p, "chat claude-sonnet-4-5", 10, 90, root, _sdk_chat("msg_1", 41), SpanKind.CLIENT)
-    _span(p, "Messages", 10.1, 90.2, root, _openinference_chat(41))
+    _span(p, "chat claude-sonnet-4-5", 10, 90, root, _sdk_chat("msg_1", 41), SpanKind.CLIENT, scope="anthropic")
+    _span(p, "Messages", 10.1, 90.2, root, _openinference_chat(41), scope="openinference.instrumentation.anthropic")
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
 
@@ -120,8 +126,9 @@ def test_openllmetrys_span_ending_later_with_one_more_output_token_is_the_same_c
     root = p.start("request", 0)
     for i in range(3):
         start = 10 + 100 * i
-        _span(p, f"chat {i}", start, start + 23, root, _sdk_chat(f"msg_{i}", 18), SpanKind.CLIENT)
-        _span(p, "anthropic.chat", start + 0.3, start + 32, root, _openllmetry_chat(f"msg_{i}", 19), SpanKind.CLIENT)
+        sdk, openllmetry = _sdk_chat(f"msg_{i}", 18), _openllmetry_chat(f"msg_{i}", 19)
+        _span(p, f"chat {i}", start, start + 23, root, sdk, SpanKind.CLIENT, scope="anthropic")
+        _span(p, "anthropic.chat", start + 0.3, start + 32, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
     root.end(end_time=at(400))
     attributes = _root_attributes(p)
     assert attributes[attr.stage_key("model_call", "count")] == 3
@@ -134,8 +141,8 @@ def test_without_ids_output_tokens_one_apart_and_equal_input_tokens_are_the_same
     root = p.start("request", 0)
     sdk, openllmetry = _sdk_chat("x", 18), _openllmetry_chat("x", 19)
     del sdk["gen_ai.response.id"], openllmetry["gen_ai.response.id"]
-    _span(p, "chat", 10, 33, root, sdk, SpanKind.CLIENT)
-    _span(p, "anthropic.chat", 10.3, 42, root, openllmetry, SpanKind.CLIENT)
+    _span(p, "chat", 10, 33, root, sdk, SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat", 10.3, 42, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
 
@@ -144,8 +151,8 @@ def test_two_calls_started_together_with_different_response_ids_stay_two() -> No
     """Two parallel calls timed alike, agreeing on every token count, with two response ids: two calls."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    _span(p, "chat a", 10, 33, root, _sdk_chat("msg_a", 18), SpanKind.CLIENT)
-    _span(p, "chat b", 10.3, 42, root, _sdk_chat("msg_b", 18), SpanKind.CLIENT)
+    _span(p, "chat a", 10, 33, root, _sdk_chat("msg_a", 18), SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat b", 10.3, 42, root, _openllmetry_chat("msg_b", 18), SpanKind.CLIENT, scope=OPENLLMETRY)
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 2
 
@@ -154,12 +161,23 @@ def test_a_call_started_well_after_another_is_another_call() -> None:
     """Same model and tokens, no ids, but started 15 ms after the other (past the start slack): two calls."""
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
-    sdk = _sdk_chat("x", 18)
-    del sdk["gen_ai.response.id"]
-    _span(p, "chat a", 10, 40, root, sdk, SpanKind.CLIENT)
-    _span(p, "chat b", 25, 45, root, sdk, SpanKind.CLIENT)
+    sdk, openllmetry = _sdk_chat("x", 18), _openllmetry_chat("x", 18)
+    del sdk["gen_ai.response.id"], openllmetry["gen_ai.response.id"]
+    _span(p, "chat a", 10, 40, root, sdk, SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat b", 25, 45, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 2
+
+
+def test_one_instrumentations_identical_concurrent_calls_stay_calls() -> None:
+    """Three identical tool calls at once from one instrumentation (one scope) are three: it never writes one twice."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup", "gen_ai.tool.call.arguments": "{}"}
+    for i in range(3):
+        _span(p, f"execute_tool lookup {i}", 10, 90, root, tool)
+    root.end(end_time=at(100))
+    assert _count(p, "tool_calls") == 3
 
 
 def test_two_parallel_calls_to_one_model_stay_two() -> None:
@@ -167,8 +185,17 @@ def test_two_parallel_calls_to_one_model_stay_two() -> None:
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     for i in range(2):
-        _span(p, f"chat {i}", 10, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT)
-        _span(p, f"anthropic.chat {i}", 10, 90, root, _openllmetry_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+        _span(p, f"chat {i}", 10, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT, scope="anthropic")
+        _span(
+            p,
+            f"anthropic.chat {i}",
+            10,
+            90,
+            root,
+            _openllmetry_chat(f"msg_{i}", 40),
+            SpanKind.CLIENT,
+            scope="opentelemetry.instrumentation.anthropic",
+        )
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 2
 
@@ -178,9 +205,9 @@ def test_an_http_span_beside_a_genai_span_is_covered_by_it() -> None:
     p = pipeline(NO_MATCH_RULES)
     root = p.start("request", 0)
     run = {"langsmith.span.kind": "llm", "gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
-    _span(p, "ChatOpenAI", 10, 95, root, run)
+    _span(p, "ChatOpenAI", 10, 95, root, run, scope="langsmith")
     post = {"http.method": "POST", "http.url": "https://api.openai.com/v1/chat/completions"}
-    _span(p, "POST", 12, 94, root, post, SpanKind.CLIENT)
+    _span(p, "POST", 12, 94, root, post, SpanKind.CLIENT, scope="opentelemetry.instrumentation.requests")
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
 
@@ -308,7 +335,16 @@ def test_a_wide_fan_out_of_calls_to_one_model_keeps_every_call_and_its_twin() ->
     root = p.start("request", 0)
     for i in range(300):
         start = 10 + i * 0.002
-        _span(p, f"chat {i}", start, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT)
-        _span(p, f"anthropic.chat {i}", start + 0.001, 90, root, _openllmetry_chat(f"msg_{i}", 40), SpanKind.CLIENT)
+        _span(p, f"chat {i}", start, 90, root, _sdk_chat(f"msg_{i}", 40), SpanKind.CLIENT, scope="anthropic")
+        _span(
+            p,
+            f"anthropic.chat {i}",
+            start + 0.001,
+            90,
+            root,
+            _openllmetry_chat(f"msg_{i}", 40),
+            SpanKind.CLIENT,
+            scope="opentelemetry.instrumentation.anthropic",
+        )
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 300

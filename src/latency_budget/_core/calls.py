@@ -258,12 +258,15 @@ def repeated_operations(
     skip: Collection[int],
     attributes: Mapping[int, Mapping[str, object]],
     stages: Collection[int],
+    scopes: Mapping[int, str],
 ) -> set[int]:
     """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
 
     Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
     :func:`same_operation` links pairs of one stage with one parent (siblings: two
-    instrumentations of one call write it in one context); each linked group is one call, kept at
+    instrumentations of one call write it in one context) written by two instrumentations
+    (two instrumentation scopes, ``scopes`` by span id: one instrumentation never writes one
+    call twice, so two identical calls of one client stay two); each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
     compared (a sweep in start order), so sequential calls cost a sort; a span is compared
@@ -303,6 +306,8 @@ def repeated_operations(
                     overlap < ALMOST_ENTIRELY * min(end - start, other_end - other_start)
                     and not started_together(other_start, other_end, start, end)
                 ):
+                    continue
+                if scopes.get(spans[j][0]) == scopes.get(spans[i][0]):
                     continue
                 if same_operation(_facts(facts, spans, attributes, j), _facts(facts, spans, attributes, i)):
                     first, second = _find(parent, j), _find(parent, i)

@@ -111,6 +111,7 @@ class TraceState:
         "referenced",
         "root_id",
         "root_start",
+        "scopes",
         "servers",
         "shared",
         "spans",
@@ -147,8 +148,10 @@ class TraceState:
         self.owned: list[int] = []
         # Ended spans, in the order they ended, up to max_spans: appended without a lock.
         self.spans: list[RecordedSpan] = []
-        # The names of the recorded stage spans, by span id, so that hints can name them.
+        # The names of the recorded stage spans, by span id, so that hints can name them, and
+        # their instrumentation scopes (one instrumentation never writes one call twice).
         self.names: dict[int, str] = {}
+        self.scopes: dict[int, str] = {}
         # (stage, span start, time to first token, whether the user saw it) of the recorded
         # stage spans that have one: a call that answered with tool calls only showed nothing.
         self.first_tokens: list[tuple[int, int, int, bool]] = []
@@ -247,6 +250,7 @@ class TraceState:
         if len(spans) < self.max_spans or span_id == self.root_id:
             # Name and call before the append: a span in a snapshot has both, for the hints.
             self.names[span_id] = name
+            self.scopes[span_id] = scope
             if span_id != self.root_id:
                 self.calls.append((span_id, definition.name, start, end, ttft, attributes))
             spans.append((span_id, parent_id, start, end, stage))
@@ -409,7 +413,7 @@ class TraceState:
         nested = nested_calls(self.root_id, spans, repeated)
         # One real operation, one call: two instrumentations' spans of one call side by side.
         attributes = {call[0]: call[5] for call in self.calls[:]}
-        twins = repeated_operations(self.root_id, spans, nested, attributes, repeated)
+        twins = repeated_operations(self.root_id, spans, nested, attributes, repeated, self.scopes)
         if twins:
             nested = nested | twins if nested else twins
         self.inner_calls = {spans[index][0] for index in nested} if nested else _NONE
