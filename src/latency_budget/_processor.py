@@ -13,6 +13,7 @@ annotated copies; all others pass through untouched.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -178,6 +179,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._reset_after_fork)
             os.register_at_fork(after_in_child=lambda: (method := ref()) is not None and method())
+        self._exit_hook = False  # registered at the first hold (see _hold)
         if self._reload_interval is not None:
             if self._watcher is not None:
                 self._watcher.start(self._reload_interval)
@@ -294,6 +296,12 @@ class LatencyBudgetProcessor(SpanProcessor):
                     callback,
                     exc,
                 )
+
+    def _release_at_exit(self) -> None:
+        """At interpreter exit: stop the timer (letting a release in progress finish) and forward every held root."""
+        self._timer.stop()
+        if self._held:
+            self._release(everything=True)
 
     def _release_due(self) -> int | None:
         """The timer's call: release the held roots that are due; the earliest deadline still held, or None."""
@@ -507,6 +515,14 @@ class LatencyBudgetProcessor(SpanProcessor):
         with self._table.lock:
             self._held[state] = None
         self._timer.wake_by(deadline)  # in a quiet process, the timer releases it
+        if not self._exit_hook:
+            # At exit, held roots are judged before the providers shut down: registered at
+            # the first hold, after every provider a configurator set up at start-up, this
+            # runs before their own exit hooks (last registered, first run), so a report's
+            # log record and metric points are still taken.
+            self._exit_hook = True
+            at_exit = weakref.WeakMethod(self._release_at_exit)
+            atexit.register(lambda: (method := at_exit()) is not None and method())
 
     def _end_late(
         self,

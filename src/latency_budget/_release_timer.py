@@ -53,11 +53,18 @@ class ReleaseTimer:
         except Exception as exc:  # no thread (interpreter shutting down): the next root, flush or shutdown releases
             _guard.log_internal_error("held roots timer", exc)
 
-    def stop(self) -> None:
-        """Stop the thread (if any) without running ``release`` again; later calls to :meth:`wake_by` do nothing."""
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop the thread without running ``release`` again, and wait (``timeout_s`` at most) for a run in progress.
+
+        Later calls to :meth:`wake_by` do nothing. So a root the thread is forwarding reaches
+        the downstream processor before the caller shuts it down.
+        """
         with self._cond:
             self._stopped = True
             self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
 
     def reset_after_fork(self) -> None:
         """In a forked child: no thread runs and no root is held; the lock may have been held at the fork."""
