@@ -13,6 +13,7 @@ annotated copies; all others pass through untouched.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -35,7 +36,8 @@ from latency_budget._config.reload import reload_interval, watch_budgets
 from latency_budget._core.annotate import root_annotation, stage_span_attributes
 from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
-from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, TraceState
+from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, LATE_SPAN_GRACE_MS, TraceState
+from latency_budget._release_timer import ReleaseTimer
 from latency_budget._sdk_internals import (
     IS_REMOTE,
     SPAN_ID,
@@ -108,16 +110,18 @@ class LatencyBudgetProcessor(SpanProcessor):
     (span timestamps) is counted, up to the root's end. The root is held, never waited
     for: it is judged and forwarded, exactly once, from the thread that ends its last
     open child, or, once the bound has passed in span time or in wall-clock time, when a
-    local root next starts or ends, at :meth:`force_flush` or at :meth:`shutdown` (judged
-    without the children still open, counted in ``stats().late_spans_missed``). 0 turns
-    the wait off: every root is judged when it ends.
+    local root next starts or ends, at :meth:`force_flush`, at :meth:`shutdown`, or, in a
+    quiet process, by a daemon thread that runs only while roots are held (judged without
+    the children still open, counted in ``stats().late_spans_missed``). 0 turns the wait
+    off.
 
-    ``late_span_grace_ms`` (default 0: off) holds every local root that long, in
-    wall-clock time, whether or not a child is open, for instrumentations that start
-    their spans after the call they describe (LiteLLM's callback writes `litellm_request`
-    after the call, with its times): a span of the trace that starts and ends meanwhile,
-    within the root's times, is counted. The root is released as above (no timer runs:
-    in a quiet process it waits for the next span end, flush or shutdown).
+    ``late_span_grace_ms`` (default ``LATE_SPAN_GRACE_MS``, 50 ms; 0: off) holds every
+    local root that long, in wall-clock time, whether or not a child is open, for
+    instrumentations that start their spans after the call they describe (LiteLLM's
+    callback writes ``litellm_request`` after the call, with its times, up to ~15 ms after
+    the root on a loaded machine): a span of the trace that starts and ends meanwhile,
+    within the root's times, is counted. The root is released as above, so every root
+    reaches the downstream processor up to that much later (a flush forwards it at once).
     """
 
     def __init__(
@@ -131,7 +135,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         idle_ttl_s: float = 300.0,
         reload_interval_s: float | None = None,
         late_span_wait_ms: float = LATE_SPAN_BOUND_MS,
-        late_span_grace_ms: float = 0.0,
+        late_span_grace_ms: float = LATE_SPAN_GRACE_MS,
     ) -> None:
         if max_active_traces < 1 or max_spans_per_trace < 1 or not idle_ttl_s > 0:
             raise ValueError("max_active_traces, max_spans_per_trace and idle_ttl_s must be positive")
@@ -145,6 +149,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         # and those found ready (their last open child ended), under the table's lock.
         self._held: dict[TraceState, None] = {}
         self._ready: list[TraceState] = []
+        # Releases held roots at their deadline when nothing else does (a quiet process).
+        self._timer = ReleaseTimer(self._release_due)
         self._late_spans = self._late_missed = 0
         self._reload_interval = reload_interval(reload_interval_s)
         self._config, self._watcher = watch_budgets(budgets, self._use_config)
@@ -173,6 +179,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         if hasattr(os, "register_at_fork"):
             ref = weakref.WeakMethod(self._reset_after_fork)
             os.register_at_fork(after_in_child=lambda: (method := ref()) is not None and method())
+        self._exit_hook = False  # registered at the first hold (see _hold)
         if self._reload_interval is not None:
             if self._watcher is not None:
                 self._watcher.start(self._reload_interval)
@@ -217,6 +224,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             unstaged_ai_spans=self._unstaged_ai,
             late_spans=self._late_spans,
             late_spans_missed=self._late_missed,
+            held_roots=len(self._held),
         )
 
     def _count_unstaged_ai(self, name: str, attributes: Mapping[str, Any]) -> None:
@@ -289,6 +297,20 @@ class LatencyBudgetProcessor(SpanProcessor):
                     exc,
                 )
 
+    def _release_at_exit(self) -> None:
+        """At interpreter exit: stop the timer (letting a release in progress finish) and forward every held root."""
+        self._timer.stop()
+        if self._held:
+            self._release(everything=True)
+
+    def _release_due(self) -> int | None:
+        """The timer's call: release the held roots that are due; the earliest deadline still held, or None."""
+        self._release(everything=False)
+        with self._table.lock:
+            for state in self._held:
+                return state.deadline
+        return None
+
     def _release(self, *, everything: bool) -> None:
         """Judge and forward the held roots that are ready, whose deadline passed, or (``everything``) all.
 
@@ -345,6 +367,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._shutdown = True
         self.on_start = self._passed_start  # type: ignore[method-assign]
         self.on_end = self._passed_end  # type: ignore[method-assign]
+        self._timer.stop()
         self._release(everything=True)  # held roots first: downstream still takes them
         if self._watcher is not None:
             self._watcher.stop()
@@ -488,9 +511,18 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _hold(self, root: ReadableSpan, state: TraceState, stage: int, ended: Ended) -> None:
         """Hold a local root back (its trace stays open) until its open stage children end or the bound passes."""
         state.held = (root, stage, ended)
-        state.deadline = time.monotonic_ns() + self._hold_ns
+        state.deadline = deadline = time.monotonic_ns() + self._hold_ns
         with self._table.lock:
             self._held[state] = None
+        self._timer.wake_by(deadline)  # in a quiet process, the timer releases it
+        if not self._exit_hook:
+            # At exit, held roots are judged before the providers shut down: registered at
+            # the first hold, after every provider a configurator set up at start-up, this
+            # runs before their own exit hooks (last registered, first run), so a report's
+            # log record and metric points are still taken.
+            self._exit_hook = True
+            at_exit = weakref.WeakMethod(self._release_at_exit)
+            atexit.register(lambda: (method := at_exit()) is not None and method())
 
     def _end_late(
         self,
@@ -545,6 +577,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._table.reset_after_fork()
         self._held.clear()
         self._ready.clear()
+        self._timer.reset_after_fork()
 
 
 def _still_open(state: TraceState) -> int:

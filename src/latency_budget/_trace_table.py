@@ -45,7 +45,8 @@ class ProcessorStats:
     root and were still counted in its judgment (the root was held back for them, within
     ``LATE_SPAN_BOUND_MS``); ``late_spans_missed`` counts those the judgment went without:
     still open when the bound passed (in span time or wall-clock time), or at
-    ``force_flush`` or ``shutdown``.
+    ``force_flush`` or ``shutdown``. ``held_roots`` are local roots ended and held back
+    now, for late spans (``late_span_wait_ms``, ``late_span_grace_ms``), not yet forwarded.
     """
 
     active_traces: int
@@ -56,6 +57,7 @@ class ProcessorStats:
     unstaged_ai_spans: int = 0
     late_spans: int = 0
     late_spans_missed: int = 0
+    held_roots: int = 0
 
 
 class TraceTable:

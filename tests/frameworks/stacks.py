@@ -9,13 +9,14 @@ ended was exported exactly once.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
@@ -43,22 +44,56 @@ stages:
     )
 
 
+class WatchedExporter(InMemorySpanExporter):
+    """Keeps exported spans in memory, and lets a test wait for the ones a framework exports from its own threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._exported = threading.Condition()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = super().export(spans)
+        with self._exported:
+            self._exported.notify_all()
+        return result
+
+    def wait_until(self, done: Callable[[list[ReadableSpan]], bool], timeout_s: float = 30.0) -> bool:
+        """Wait until ``done(exported spans)`` holds (checked at each export), at most ``timeout_s``: whether it did."""
+        with self._exported:
+            return self._exported.wait_for(lambda: done(list(self.get_finished_spans())), timeout_s)
+
+
+class SettledPipeline(Pipeline):
+    """A pipeline whose exported spans are read once no local root is held back for late spans."""
+
+    def settle(self) -> bool:
+        """Wait (bounded) until no local root is held for late spans: the processor forwards them within its grace."""
+        exporter = self.exporter
+        assert isinstance(exporter, WatchedExporter)
+        return exporter.wait_until(lambda _: self.processor.stats().held_roots == 0)
+
+    def finished(self) -> list[ReadableSpan]:
+        """The exported spans, once no local root is held."""
+        self.settle()
+        return super().finished()
+
+
 def budget_pipeline(
     max_model_calls: int, *, before: Sequence[SpanProcessor] = (), requests: str | None = None
-) -> Pipeline:
+) -> SettledPipeline:
     """A real SDK pipeline through LatencyBudgetProcessor into memory, judged by :func:`budgets`.
 
     ``before`` are processors of the stack itself that must see spans ahead of the exporting
     one, as their documentation sets them up (OpenInference's span processors, for one).
     """
-    exporter = InMemorySpanExporter()
+    exporter = WatchedExporter()
     config = load_budgets(text=budgets(max_model_calls, requests))
     processor = LatencyBudgetProcessor(config, SimpleSpanProcessor(exporter))
     provider = TracerProvider()
     handed = RecordingProcessor()
     for added in (handed, *before, processor):
         provider.add_span_processor(added)
-    return Pipeline(provider, processor, exporter, handed=handed)
+    return SettledPipeline(provider, processor, exporter, handed=handed)
 
 
 @dataclass

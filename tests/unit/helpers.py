@@ -123,7 +123,12 @@ class Pipeline:
 
 
 def pipeline(config: BudgetConfig | str = TECHCORP_YAML, **options: object) -> Pipeline:
-    """A fresh pipeline; ``config`` is a loaded config or YAML text."""
+    """A fresh pipeline; ``config`` is a loaded config or YAML text.
+
+    No ``late_span_grace_ms`` unless a test gives one: each root is judged as it ends, so a
+    test reads its verdict right after ending it (the grace's own tests set it).
+    """
+    options.setdefault("late_span_grace_ms", 0.0)
     budgets = config if isinstance(config, BudgetConfig) else load_budgets(text=config)
     exporter = InMemorySpanExporter()
     reports: list[TraceReport] = []

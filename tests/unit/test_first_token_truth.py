@@ -72,6 +72,60 @@ def test_gemini_function_call_with_finish_reason_stop_is_not_the_first_token() -
     assert _first_token(p) == 531
 
 
+def test_an_empty_text_part_before_tool_calls_is_no_text() -> None:
+    """OpenLLMetry writes an empty (or blank) text part before a planning call's tool calls: still tool calls only."""
+    p = pipeline()
+    root = p.start("POST /ask", 0)
+    # opentelemetry-instrumentation-openai 0.62.4, streamed: the finish reasons come after the
+    # output messages in TOOL_CALLS_ONLY, so the messages alone must say "tool calls only".
+    common = {"gen_ai.operation.name": "chat", "gen_ai.response.finish_reasons": ("tool_calls",)}
+    for number, blank in enumerate(("", " \n")):
+        plan = [
+            {
+                "role": "assistant",
+                "parts": [
+                    {"content": blank, "type": "text"},
+                    {"type": "tool_call", "id": "call_1", "name": "get_weather", "arguments": "{}"},
+                ],
+            }
+        ]
+        start = number * 200
+        _chat(
+            p,
+            f"openai.chat plan {number}",
+            start,
+            start + 150,
+            root,
+            {**common, TTFC: 0.05, "gen_ai.output.messages": json.dumps(plan)},
+        )
+    text = [{"role": "assistant", "parts": [{"content": "Sunny.", "type": "text"}]}]
+    _chat(p, "openai.chat answer", 431, 900, root, {**common, TTFC: 0.1, "gen_ai.output.messages": json.dumps(text)})
+    root.end(end_time=at(1000))
+    assert _first_token(p) == 531
+
+
+def test_openinference_blank_content_beside_a_tool_call_is_no_text() -> None:
+    """OpenInference's first output message with a tool call and blank content answered with tool calls only."""
+    p = pipeline()
+    root = p.start("POST /ask", 0)
+    plan = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "m",
+        "llm.output_messages.0.message.content": "  ",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "get_weather",
+        TTFC: 0.05,
+    }
+    _chat(p, "ChatCompletion plan", 0, 400, root, plan)
+    answer = {
+        "openinference.span.kind": "LLM",
+        "llm.model_name": "m",
+        "llm.output_messages.0.message.content": "Sunny.",
+    }
+    _chat(p, "ChatCompletion answer", 431, 900, root, {**answer, TTFC: 0.1})
+    root.end(end_time=at(1000))
+    assert _first_token(p) == 531
+
+
 def test_a_first_token_attribute_on_an_embeddings_span_is_not_read() -> None:
     """OpenLIT writes its first-token attribute on embeddings spans too: only generation calls give first tokens."""
     p = pipeline()

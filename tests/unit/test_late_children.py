@@ -10,12 +10,15 @@ side of the bound is released by ``force_flush`` and ``shutdown``, never waited 
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
+import pytest
+
 from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget import _attributes as attr
-from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS
+from latency_budget._core.trace_state import LATE_SPAN_BOUND_MS, LATE_SPAN_GRACE_MS
 from latency_budget._replay import SpanRecord, evaluate_spans
 
 from .helpers import TECHCORP_YAML, RecordingProcessor, at, pipeline
@@ -207,3 +210,50 @@ def test_held_roots_released_from_many_threads_are_forwarded_once_each() -> None
     names = Counter(s.name for s in p.finished())
     assert names == Counter({**{f"req {n}": 1 for n in range(8)}, **{f"chat {n}": 1 for n in range(8)}})
     assert sorted(r.stage("model_call").count for r in p.reports) == [1] * 8
+
+
+def test_holding_a_root_for_the_grace_returns_at_once_and_shutdown_forwards_it() -> None:
+    """The root's end returns with the root held (a minute's grace), not judged inline; shutdown forwards it once."""
+    p = pipeline(late_span_grace_ms=60_000)
+    root = p.start("POST /ask", 0)
+    p.run("chat", 10, 300, parent=root, attributes=CHAT)
+    root.end(end_time=at(400))
+    assert p.reports == []
+    assert p.processor.stats().held_roots == 1
+    p.processor.shutdown()
+    assert [s.name for s in p.finished()].count("POST /ask") == 1
+    assert p.processor.stats().held_roots == 0
+
+
+def _quiet_request(grace_ms: float) -> bool:
+    """One request whose root is held for ``grace_ms``, then nothing: whether its root was forwarded (bounded wait)."""
+    reported = threading.Event()
+    p = pipeline(late_span_grace_ms=grace_ms, on_report=lambda report: reported.set())
+    root = p.start("POST /ask", 0)
+    p.run("chat", 10, 300, parent=root, attributes=CHAT)
+    root.end(end_time=at(400))
+    if not reported.wait(timeout=30):  # no span, flush or shutdown follows: only the timer can release it
+        return False
+    (report,) = p.reports
+    return report.stage("model_call").count == 1 and [s.name for s in p.finished()].count("POST /ask") == 1
+
+
+def test_a_held_root_in_a_quiet_process_is_forwarded_by_the_timer() -> None:
+    """With the default grace and nothing after the request, the root is still judged and forwarded, by the timer."""
+    assert LatencyBudgetProcessor.__init__.__kwdefaults__["late_span_grace_ms"] == LATE_SPAN_GRACE_MS > 0
+    assert _quiet_request(LATE_SPAN_GRACE_MS)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_after_a_fork_the_child_releases_its_held_roots_too() -> None:
+    """A fork while the parent's timer waits: the child starts a timer of its own and forwards its quiet request."""
+    parent = pipeline(late_span_grace_ms=60_000)
+    root = parent.start("POST /ask", 0)
+    root.end(end_time=at(10))
+    assert parent.processor.stats().held_roots == 1  # the parent's timer thread waits a minute
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 when its quiet request was forwarded
+        os._exit(0 if _quiet_request(5.0) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    parent.processor.shutdown()

@@ -28,7 +28,7 @@ NAMES = ("gen_ai.request.model", "gen_ai.response.model", "gen_ai.provider.name"
 def test_distinct_huge_names_keep_memory_within_the_stated_bound(huge: set[str], requests: int, size: int) -> None:
     """N requests whose model, response model or provider is a distinct huge string: the processor keeps
     at most WINDOW_BYTES after a collection, and counts the calls whose kept model name it cut."""
-    processor = LatencyBudgetProcessor(load_budgets(text=BUDGETS), SpanProcessor())
+    processor = LatencyBudgetProcessor(load_budgets(text=BUDGETS), SpanProcessor(), late_span_grace_ms=0)
     provider = TracerProvider()
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("memory")

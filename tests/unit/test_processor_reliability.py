@@ -405,7 +405,9 @@ class RootsShareASpanId(IdGenerator):
 def test_traces_whose_roots_share_a_span_id_are_bounded_separately() -> None:
     """Two active traces whose local roots have the same span id each stay counted until their own root ends."""
     downstream = RecordingProcessor()
-    processor = LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), downstream, max_active_traces=10)
+    processor = LatencyBudgetProcessor(
+        load_budgets(text=TECHCORP_YAML), downstream, max_active_traces=10, late_span_grace_ms=0
+    )
     provider = TracerProvider(id_generator=RootsShareASpanId(), shutdown_on_exit=False)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")

@@ -74,7 +74,7 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     path = tmp_path / "budgets.yaml"
     path.write_text(ALPHA, encoding="utf-8")
     exporter = InMemorySpanExporter()
-    processor = LatencyBudgetProcessor(path, SimpleSpanProcessor(exporter))
+    processor = LatencyBudgetProcessor(path, SimpleSpanProcessor(exporter), late_span_grace_ms=0)
     yield Setup(path, processor, exporter)
     processor.shutdown()
 

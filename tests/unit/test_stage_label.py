@@ -34,7 +34,9 @@ LABEL: dict[str, AttributeValue] = {attr.STAGE: "retrieval", attr.STAGE_BUDGET_M
 def export_pair(limits: SpanLimits, attributes: Mapping[str, AttributeValue]) -> tuple[ReadableSpan, ReadableSpan]:
     """A retrieval span labelled by the processor, and its twin labelled by set_attributes, as exported."""
     exporter = InMemorySpanExporter()
-    processor = LatencyBudgetProcessor(load_budgets(text=BY_NAME_YAML), SimpleSpanProcessor(exporter))
+    processor = LatencyBudgetProcessor(
+        load_budgets(text=BY_NAME_YAML), SimpleSpanProcessor(exporter), late_span_grace_ms=0
+    )
     provider = TracerProvider(span_limits=limits)
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")
@@ -81,7 +83,9 @@ def test_label_is_visible_on_the_live_span() -> None:
     """Other processors and the application see the label on the live span, before it ends."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), SimpleSpanProcessor(exporter)))
+    provider.add_span_processor(
+        LatencyBudgetProcessor(load_budgets(text=TECHCORP_YAML), SimpleSpanProcessor(exporter), late_span_grace_ms=0)
+    )
     tracer = provider.get_tracer("tests")
     with tracer.start_as_current_span("request"), tracer.start_as_current_span("chat", attributes=op("chat")) as chat:
         assert isinstance(chat, ReadableSpan)
@@ -92,9 +96,9 @@ def test_copies_of_copies_keep_the_dropped_counts() -> None:
     """Two processors in a chain: the root, copied twice, still reports what the SDK dropped."""
     exporter = InMemorySpanExporter()
     budgets = load_budgets(text=TECHCORP_YAML)
-    inner = LatencyBudgetProcessor(budgets, SimpleSpanProcessor(exporter))
+    inner = LatencyBudgetProcessor(budgets, SimpleSpanProcessor(exporter), late_span_grace_ms=0)
     provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=2))
-    provider.add_span_processor(LatencyBudgetProcessor(budgets, inner))
+    provider.add_span_processor(LatencyBudgetProcessor(budgets, inner, late_span_grace_ms=0))
     root = provider.get_tracer("tests").start_span(
         "request", attributes={"a": 1, "b": 2, "c": 3, "d": 4}, kind=trace.SpanKind.SERVER
     )
@@ -110,7 +114,9 @@ def test_copies_of_copies_keep_the_dropped_counts() -> None:
 def test_span_whose_label_its_limits_dropped_is_still_counted() -> None:
     """A name-matched stage span with no room for the label is still in the root's report."""
     exporter = InMemorySpanExporter()
-    processor = LatencyBudgetProcessor(load_budgets(text=BY_NAME_YAML), SimpleSpanProcessor(exporter))
+    processor = LatencyBudgetProcessor(
+        load_budgets(text=BY_NAME_YAML), SimpleSpanProcessor(exporter), late_span_grace_ms=0
+    )
     provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=1))
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("tests")

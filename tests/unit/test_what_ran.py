@@ -53,6 +53,9 @@ def _count(p: Pipeline, stage: str, root: str = "request") -> object:
 # -- item 2: one real operation, one call -----------------------------------------------------
 
 
+OPENLLMETRY = "opentelemetry.instrumentation.anthropic"
+
+
 def _sdk_chat(response_id: str, output_tokens: int) -> dict[str, object]:
     """The Anthropic SDK's own `chat {model}` span (GenAI conventions), as the issue's run recorded it."""
     return {
@@ -115,6 +118,55 @@ def test_openinference_beside_the_sdk_counts_once_though_its_prompt_tokens_diffe
     _span(p, "Messages", 10.1, 90.2, root, _openinference_chat(41), scope="openinference.instrumentation.anthropic")
     root.end(end_time=at(100))
     assert _count(p, "model_call") == 1
+
+
+def test_openllmetrys_span_ending_later_with_one_more_output_token_is_the_same_call() -> None:
+    """As the lab recorded: OpenLLMetry ends ~9 ms after the SDK (72% overlap), one output token more: 3 calls."""
+    p = pipeline("version: 1\nstages:\n  model_call: {budget_ms: 60000, max_calls: 3}\n")
+    root = p.start("request", 0)
+    for i in range(3):
+        start = 10 + 100 * i
+        sdk, openllmetry = _sdk_chat(f"msg_{i}", 18), _openllmetry_chat(f"msg_{i}", 19)
+        _span(p, f"chat {i}", start, start + 23, root, sdk, SpanKind.CLIENT, scope="anthropic")
+        _span(p, "anthropic.chat", start + 0.3, start + 32, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
+    root.end(end_time=at(400))
+    attributes = _root_attributes(p)
+    assert attributes[attr.stage_key("model_call", "count")] == 3
+    assert attributes[attr.VIOLATED] is False
+
+
+def test_without_ids_output_tokens_one_apart_and_equal_input_tokens_are_the_same_call() -> None:
+    """No response ids: output tokens 1 apart are no evidence against, the equal input tokens link the spans."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    sdk, openllmetry = _sdk_chat("x", 18), _openllmetry_chat("x", 19)
+    del sdk["gen_ai.response.id"], openllmetry["gen_ai.response.id"]
+    _span(p, "chat", 10, 33, root, sdk, SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat", 10.3, 42, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
+    root.end(end_time=at(100))
+    assert _count(p, "model_call") == 1
+
+
+def test_two_calls_started_together_with_different_response_ids_stay_two() -> None:
+    """Two parallel calls timed alike, agreeing on every token count, with two response ids: two calls."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    _span(p, "chat a", 10, 33, root, _sdk_chat("msg_a", 18), SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat b", 10.3, 42, root, _openllmetry_chat("msg_b", 18), SpanKind.CLIENT, scope=OPENLLMETRY)
+    root.end(end_time=at(100))
+    assert _count(p, "model_call") == 2
+
+
+def test_a_call_started_well_after_another_is_another_call() -> None:
+    """Same model and tokens, no ids, but started 15 ms after the other (past the start slack): two calls."""
+    p = pipeline(NO_MATCH_RULES)
+    root = p.start("request", 0)
+    sdk, openllmetry = _sdk_chat("x", 18), _openllmetry_chat("x", 18)
+    del sdk["gen_ai.response.id"], openllmetry["gen_ai.response.id"]
+    _span(p, "chat a", 10, 40, root, sdk, SpanKind.CLIENT, scope="anthropic")
+    _span(p, "anthropic.chat b", 25, 45, root, openllmetry, SpanKind.CLIENT, scope=OPENLLMETRY)
+    root.end(end_time=at(100))
+    assert _count(p, "model_call") == 2
 
 
 def test_one_instrumentations_identical_concurrent_calls_stay_calls() -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "operation_of",
     "repeated_operations",
     "same_operation",
+    "started_together",
     "stop_or_handoff",
     "tool_name_of",
 ]
@@ -120,27 +121,38 @@ def _ancestor_stages(
 # What names a call's target (a model, else a tool) and what says which request it was, in
 # every spelling of the dialect table (CALL_KEYS) plus the ids the conventions write.
 _TARGET_KEYS: tuple[str, ...] = (*CALL_KEYS.model, *CALL_KEYS.tool_name)
-# Facts that differ between two different calls: a response id, a tool call id, the output
-# length. Two spans that disagree on one are two calls.
-_DECISIVE_KEYS: tuple[tuple[str, ...], ...] = (
-    ("gen_ai.response.id",),
-    ("gen_ai.tool.call.id", "tool_call.id"),
-    CALL_KEYS.output_tokens,
-)
-# Facts that agree for one call but may be spelt differently by two instrumentations (input
-# tokens with or without the cache, arguments as each writes them): evidence only when equal.
+# Ids that name one call: equal, the same call (whatever else differs); different, two calls.
+# The response id is the provider's; a tool call id is the model's.
+_ID_KEYS: tuple[tuple[str, ...], ...] = (("gen_ai.response.id",), ("gen_ai.tool.call.id", "tool_call.id"))
+# Facts that agree for one call but that two instrumentations may count or spell a little
+# differently: evidence for one call when equal; the output length, when it differs by more
+# than TOKEN_SLACK, evidence of two calls.
+_COUNT_KEYS: tuple[tuple[str, ...], ...] = (CALL_KEYS.output_tokens,)
 _SUPPORTING_KEYS: tuple[tuple[str, ...], ...] = (CALL_KEYS.input_tokens, CALL_KEYS.arguments)
 ALMOST_ENTIRELY = 0.9
-"""Two spans overlap almost entirely when their overlap is at least this share of the longer one."""
+"""A span that names no target is a call's when at least this share of it lies within the call's span."""
+
+TWIN_START_SLACK_MS = 10.0
+"""Two instrumentations of one call start within this of each other (or 10% of the longer span, if more)."""
+
+TWIN_END_SLACK_MS = 20.0
+"""The later-starting of two instrumentations of one call ends at most this after the other (or 10% of the longer)."""
+
+TOKEN_SLACK = 2
+"""Two instrumentations' output token counts of one call may differ by this (OpenLLMetry adds message_start's)."""
 
 MAX_TWIN_CANDIDATES = 16
 """How many of the latest-started open spans of its stage a span is compared with (a bound, not a rule)."""
 
-Facts = tuple["str | None", tuple[object, ...], tuple[object, ...]]
+_START_SLACK_NS = int(TWIN_START_SLACK_MS * 1e6)
+_END_SLACK_NS = int(TWIN_END_SLACK_MS * 1e6)
+_SHARE = 1 - ALMOST_ENTIRELY
+
+Facts = tuple["str | None", tuple[object, ...], tuple[object, ...], tuple[object, ...]]
 
 
 def call_facts(attributes: Mapping[str, object]) -> Facts:
-    """What identifies one call across instrumentations: its target, its decisive and its supporting facts."""
+    """What identifies one call across instrumentations: its target, its ids, its counts and its supporting facts."""
     get = attributes.get
     target = None
     for key in _TARGET_KEYS:
@@ -150,7 +162,8 @@ def call_facts(attributes: Mapping[str, object]) -> Facts:
             break
     return (
         target,
-        tuple(_first_of(get, keys) for keys in _DECISIVE_KEYS),
+        tuple(_first_of(get, keys) for keys in _ID_KEYS),
+        tuple(_first_of(get, keys) for keys in _COUNT_KEYS),
         tuple(_first_of(get, keys) for keys in _SUPPORTING_KEYS),
     )
 
@@ -163,42 +176,57 @@ def _first_of(get: Callable[[str], object], keys: tuple[str, ...]) -> object:
     return None
 
 
+def started_together(a_start: int, a_end: int, b_start: int, b_end: int) -> bool:
+    """Whether two spans are timed as two instrumentations of one call.
+
+    They start within :data:`TWIN_START_SLACK_MS` of each other, the later one before the
+    earlier ends, and the earlier one's interval contains the later one's up to
+    :data:`TWIN_END_SLACK_MS` at the end (each slack at least 10% of the longer span).
+    """
+    if (b_start, b_end) < (a_start, a_end):
+        a_start, a_end, b_start, b_end = b_start, b_end, a_start, a_end
+    share = int(_SHARE * max(a_end - a_start, b_end - b_start))
+    return (
+        b_start - a_start <= max(_START_SLACK_NS, share)
+        and b_start <= a_end
+        and b_end - a_end <= max(_END_SLACK_NS, share)
+    )
+
+
 def same_operation(a: tuple[int, int, Facts], b: tuple[int, int, Facts]) -> bool:
     """Whether two same-stage spans, neither inside the other, describe one call.
 
     ``a`` and ``b`` are (start, end, :func:`call_facts`). Either both name the same target,
-    overlap almost entirely (:data:`ALMOST_ENTIRELY` of the longer), disagree on no
-    decisive fact (response id, tool call id, output tokens) and agree on at least one fact;
-    or one names no target (an HTTP client span to a provider) and lies within the other
-    (the same share of its own length): the call the other describes.
+    are timed as one call (:func:`started_together`) and the evidence says one call: an
+    equal id (response id, tool call id) decides for, a different one against; else output
+    token counts more than :data:`TOKEN_SLACK` apart say two calls, and one equal fact
+    (output or input tokens, arguments) is needed. Or one names no target (an HTTP client
+    span to a provider) and lies within the other (:data:`ALMOST_ENTIRELY` of its own
+    length): the call the other describes.
     """
-    (a_start, a_end, (a_target, a_decisive, a_supporting)) = a
-    (b_start, b_end, (b_target, b_decisive, b_supporting)) = b
-    overlap = min(a_end, b_end) - max(a_start, b_start)
+    (a_start, a_end, (a_target, a_ids, a_counts, a_supporting)) = a
+    (b_start, b_end, (b_target, b_ids, b_counts, b_supporting)) = b
     if a_target is None or b_target is None:
         if a_target is None and b_target is None:
             return False
+        overlap = min(a_end, b_end) - max(a_start, b_start)
         start, end = (a_start, a_end) if a_target is None else (b_start, b_end)
         length = end - start
         return overlap >= ALMOST_ENTIRELY * length if length > 0 else max(a_start, b_start) <= min(a_end, b_end)
-    if a_target != b_target:
+    if a_target != b_target or not started_together(a_start, a_end, b_start, b_end):
         return False
-    longer = max(a_end - a_start, b_end - b_start)
-    if longer > 0 and overlap < ALMOST_ENTIRELY * longer:
-        return False
-    if longer <= 0 and (a_start != b_start or a_end != b_end):
-        return False
-    agreed = False
-    for mine, theirs in zip(a_decisive, b_decisive, strict=True):
+    for mine, theirs in zip(a_ids, b_ids, strict=True):
         if mine is not None and theirs is not None:
-            if mine != theirs:
+            return bool(mine == theirs)
+    agreed = False
+    for mine, theirs in zip(a_counts, b_counts, strict=True):
+        if mine.__class__ is int and theirs.__class__ is int:
+            if abs(mine - theirs) > TOKEN_SLACK:
                 return False
-            agreed = True
-    if not agreed:
-        agreed = any(
-            mine is not None and mine == theirs for mine, theirs in zip(a_supporting, b_supporting, strict=True)
-        )
-    return agreed
+            agreed = agreed or mine == theirs
+    return agreed or any(
+        mine is not None and mine == theirs for mine, theirs in zip(a_supporting, b_supporting, strict=True)
+    )
 
 
 def _facts(
@@ -212,7 +240,7 @@ def _facts(
     if found is None:
         span_id, _, start, end, _ = spans[index]
         recorded = attributes.get(span_id)
-        found = facts[index] = (start, end, call_facts(recorded) if recorded is not None else (None, (), ()))
+        found = facts[index] = (start, end, call_facts(recorded) if recorded is not None else (None, (), (), ()))
     return found
 
 
@@ -235,9 +263,10 @@ def repeated_operations(
     """Positions in ``spans`` of stage spans that repeat another span's call (the same operation).
 
     Among the spans of ``stages`` but the root and those at positions ``skip`` (nested ones),
-    :func:`same_operation` links pairs of one stage written by two instrumentations (two
-    instrumentation scopes, ``scopes`` by span id: one instrumentation never writes one call
-    twice, so two identical calls of one client stay two); each linked group is one call, kept at
+    :func:`same_operation` links pairs of one stage with one parent (siblings: two
+    instrumentations of one call write it in one context) written by two instrumentations
+    (two instrumentation scopes, ``scopes`` by span id: one instrumentation never writes one
+    call twice, so two identical calls of one client stay two); each linked group is one call, kept at
     its earliest span (by start, end, then span id) and the others returned. ``attributes``
     gives a recorded stage span's attributes by span id. Only spans that overlap are
     compared (a sweep in start order), so sequential calls cost a sort; a span is compared
@@ -265,9 +294,18 @@ def repeated_operations(
             # MAX_TWIN_CANDIDATES spans still open, so a fan-out of thousands stays linear.
             active = [j for j in active[-MAX_TWIN_CANDIDATES:] if spans[j][3] >= start]
             for j in active:
-                # Both ways of being one call need this much overlap: read the facts only then.
-                overlap = min(end, spans[j][3]) - start
-                if overlap < 0 or overlap < ALMOST_ENTIRELY * min(end - start, spans[j][3] - spans[j][2]):
+                # Two instrumentations of one call write it in one context: siblings (one
+                # inside the other is nesting). Spans under different parents (two agents
+                # calling one tool at once) are two calls, however alike.
+                if spans[j][1] != spans[i][1]:
+                    continue
+                # Both ways of being one call need this timing: read the facts only then.
+                other_start, other_end = spans[j][2], spans[j][3]
+                overlap = min(end, other_end) - start
+                if overlap < 0 or (
+                    overlap < ALMOST_ENTIRELY * min(end - start, other_end - other_start)
+                    and not started_together(other_start, other_end, start, end)
+                ):
                     continue
                 if scopes.get(spans[j][0]) == scopes.get(spans[i][0]):
                     continue

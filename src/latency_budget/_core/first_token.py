@@ -200,7 +200,7 @@ def answered_with_tool_calls_only(
                 continue
             return _only_tool_call_parts(messages)
         if row.tool_call_key is not None and attributes.get(row.tool_call_key) is not None:
-            return not (row.text_key is not None and attributes.get(row.text_key))
+            return not (row.text_key is not None and _has_text(attributes.get(row.text_key)))
     return False
 
 
@@ -241,6 +241,19 @@ def _only_tool_call_parts(messages: object) -> bool:
         for message in decoded
         if isinstance(message, dict) and isinstance(message.get("parts"), list)
         for part in message["parts"]
-        if isinstance(part, dict)
+        if isinstance(part, dict) and not _blank_text(part)
     ]
     return bool(types) and all(kind == "tool_call" for kind in types)
+
+
+def _blank_text(part: dict[str, Any]) -> bool:
+    """Whether an output part is a text part with no text (OpenLLMetry writes an empty one before tool calls)."""
+    if part.get("type") != "text":
+        return False
+    content = part.get("content")
+    return content is None or (isinstance(content, str) and not content.strip())
+
+
+def _has_text(value: object) -> bool:
+    """Whether a text attribute holds text: an empty or whitespace-only string is none."""
+    return bool(value.strip()) if isinstance(value, str) else bool(value)

@@ -12,14 +12,13 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from traceloop.sdk import Traceloop
 from traceloop.sdk.decorators import agent, task, tool, workflow
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
 
-from ...unit.helpers import Pipeline, RecordingProcessor
-from ..stacks import Outcome, budgets
+from ...unit.helpers import RecordingProcessor
+from ..stacks import Outcome, SettledPipeline, WatchedExporter, budgets
 
 
 @tool(name="get_weather")
@@ -43,12 +42,12 @@ def answer(city: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def traceloop_pipe() -> Iterator[Pipeline]:
+def traceloop_pipe() -> Iterator[SettledPipeline]:
     """Traceloop initialised once for the module: no instrumentations, no metrics, no export but ours."""
     mp = pytest.MonkeyPatch()
     for name, value in {"TRACELOOP_METRICS_ENABLED": "false", "TRACELOOP_TELEMETRY": "false"}.items():
         mp.setenv(name, value)
-    exporter = InMemorySpanExporter()
+    exporter = WatchedExporter()
     handed = RecordingProcessor()
     processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls=1)), SimpleSpanProcessor(exporter))
     Traceloop.init(
@@ -59,12 +58,12 @@ def traceloop_pipe() -> Iterator[Pipeline]:
         instruments=set(),
     )
     try:
-        yield Pipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
+        yield SettledPipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
     finally:
         mp.undo()
 
 
-def test_traceloop_tools_are_tool_calls_and_workflows_agents_tasks_are_not(traceloop_pipe: Pipeline) -> None:
+def test_traceloop_tools_are_tool_calls_and_workflows_agents_tasks_are_not(traceloop_pipe: SettledPipeline) -> None:
     """Two @tool calls under @workflow > @agent are the request's tool_calls; @task, @agent, @workflow are not."""
     traceloop_pipe.exporter.clear()
     traceloop_pipe.handed.ended.clear()
@@ -87,7 +86,7 @@ def test_traceloop_tools_are_tool_calls_and_workflows_agents_tasks_are_not(trace
     outcome.assert_exported_once()
 
 
-def test_traceloop_workflow_as_the_root_is_a_request(traceloop_pipe: Pipeline) -> None:
+def test_traceloop_workflow_as_the_root_is_a_request(traceloop_pipe: SettledPipeline) -> None:
     """With no span around it, the @workflow span is the root: an invocation, judged by the default rule."""
     traceloop_pipe.exporter.clear()
     traceloop_pipe.handed.ended.clear()

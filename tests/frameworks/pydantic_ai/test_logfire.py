@@ -14,21 +14,20 @@ import logfire
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic_ai import Agent
 from pydantic_ai.models.function import FunctionModel
 
 from latency_budget import LatencyBudgetProcessor, load_budgets
 from latency_budget._core.first_token import answered_with_tool_calls_only
 
-from ...unit.helpers import Pipeline, RecordingProcessor
-from ..stacks import Outcome, budgets
+from ...unit.helpers import RecordingProcessor
+from ..stacks import Outcome, SettledPipeline, WatchedExporter, budgets
 from .test_pydantic_ai import ANSWER, MODEL_NAME, TTFT, answer, stream_answer, weather
 
 
-def logfire_pipeline(max_model_calls: int) -> Pipeline:
+def logfire_pipeline(max_model_calls: int) -> SettledPipeline:
     """Logfire configured offline, the budget processor in its setup as a user adds it; nothing is sent."""
-    exporter = InMemorySpanExporter()
+    exporter = WatchedExporter()
     handed = RecordingProcessor()
     processor = LatencyBudgetProcessor(load_budgets(text=budgets(max_model_calls)), SimpleSpanProcessor(exporter))
     logfire.configure(
@@ -37,11 +36,11 @@ def logfire_pipeline(max_model_calls: int) -> Pipeline:
         service_name="latency-budget-tests",
         additional_span_processors=[handed, processor],
     )
-    return Pipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
+    return SettledPipeline(trace.get_tracer_provider(), processor, exporter, handed=handed)  # type: ignore[arg-type]
 
 
 @pytest.fixture
-def pipe() -> Iterator[Pipeline]:
+def pipe() -> Iterator[SettledPipeline]:
     """Logfire with the budget processor, and pydantic-ai instrumented through it."""
     pipeline = logfire_pipeline(max_model_calls=2)
     logfire.instrument_pydantic_ai()
@@ -52,7 +51,7 @@ def pipe() -> Iterator[Pipeline]:
         logfire.force_flush()
 
 
-def run(pipe: Pipeline, *, stream: bool) -> Outcome:
+def run(pipe: SettledPipeline, *, stream: bool) -> Outcome:
     agent = Agent(FunctionModel(answer, stream_function=stream_answer), tools=[weather])
 
     async def streamed() -> str:
@@ -66,7 +65,7 @@ def run(pipe: Pipeline, *, stream: bool) -> Outcome:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["run", "streamed"])
-def test_logfire_agent_run_is_two_model_calls_and_one_tool_call(pipe: Pipeline, stream: bool) -> None:
+def test_logfire_agent_run_is_two_model_calls_and_one_tool_call(pipe: SettledPipeline, stream: bool) -> None:
     """Under Logfire too: chat spans are model_call, execute_tool is tool_calls, counts 2 and 1, each span once."""
     outcome = run(pipe, stream=stream)
     assert outcome.stage_names() == {
@@ -79,7 +78,7 @@ def test_logfire_agent_run_is_two_model_calls_and_one_tool_call(pipe: Pipeline, 
     outcome.assert_exported_once()
 
 
-def test_logfire_streamed_run_reads_time_to_first_chunk(pipe: Pipeline) -> None:
+def test_logfire_streamed_run_reads_time_to_first_chunk(pipe: SettledPipeline) -> None:
     """Logfire's chat spans carry time_to_first_chunk (seconds): both give model_call's worst first token.
 
     The request's first token is the answering call's: the planning call streamed a tool call

@@ -40,8 +40,7 @@ from semantic_kernel.contents import ChatHistory
 from semantic_kernel.functions import KernelArguments, kernel_function
 
 from ...instrumentation.fake_openai import ANSWER_WORDS, MODEL, TOOL_CALL_ID, TOOL_CITIES, FakeOpenAIServer, serve
-from ...unit.helpers import Pipeline
-from ..stacks import Outcome, budget_pipeline
+from ..stacks import Outcome, SettledPipeline, budget_pipeline
 
 ANSWER = "".join(ANSWER_WORDS)
 QUESTION = "What is the weather in Paris?"
@@ -63,7 +62,7 @@ class WeatherPlugin:
 
 
 @pytest.fixture(scope="module")
-def global_pipe() -> Pipeline:
+def global_pipe() -> SettledPipeline:
     """One budget pipeline for the module, its provider the process's global one (settable once)."""
     pipe = budget_pipeline(max_model_calls=2)
     trace.set_tracer_provider(pipe.provider)
@@ -72,7 +71,7 @@ def global_pipe() -> Pipeline:
 
 
 @pytest.fixture
-def pipe(global_pipe: Pipeline) -> Pipeline:
+def pipe(global_pipe: SettledPipeline) -> SettledPipeline:
     """The module's pipeline, emptied of an earlier test's spans (every one of them had ended)."""
     global_pipe.exporter.clear()
     global_pipe.handed.started.clear()
@@ -125,13 +124,14 @@ def _attributes(outcome: Outcome, name: str) -> dict[str, object]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["chat", "streamed"])
 def test_auto_function_calling_is_two_model_calls_and_one_tool_call(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool
+    pipe: SettledPipeline, fake_openai: FakeOpenAIServer, stream: bool
 ) -> None:
     """Both chat calls are model_call, the kernel function tool_calls, the loop no stage; counts 2 and 1."""
     kernel, service, plugin = _kernel(fake_openai)
     before = pipe.processor.stats()
     with pipe.tracer.start_as_current_span("request"):
         assert asyncio.run(_chat(kernel, service, stream=stream)) == ANSWER
+    assert pipe.settle()  # the root is held for late spans, a grace after it ends
     after = pipe.processor.stats()
     assert (after.reports, after.unstaged_ai_spans) == (before.reports + 1, before.unstaged_ai_spans)
     assert plugin.cities == ["Paris"]
@@ -159,7 +159,7 @@ def test_auto_function_calling_is_two_model_calls_and_one_tool_call(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["get_response", "invoke_stream"])
 def test_a_chat_completion_agent_run_is_a_request_of_its_own(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool
+    pipe: SettledPipeline, fake_openai: FakeOpenAIServer, stream: bool
 ) -> None:
     """With no span around it, the agent's `invoke_agent` root is judged: two model calls, one tool call."""
     plugin = WeatherPlugin()
@@ -203,7 +203,7 @@ def _union_ms(spans: list[ReadableSpan]) -> float:
 @pytest.mark.parametrize("tools", [1, 2], ids=["one_tool", "two_tools"])
 @pytest.mark.parametrize("stream", [False, True], ids=["invoke", "streamed"])
 def test_invoke_prompt_counts_each_tool_call_and_its_prompt_function_is_no_call(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer, stream: bool, tools: int
+    pipe: SettledPipeline, fake_openai: FakeOpenAIServer, stream: bool, tools: int
 ) -> None:
     """``kernel.invoke_prompt`` runs the prompt as a kernel function: its own ``execute_tool`` span is in no stage.
 
@@ -228,6 +228,7 @@ def test_invoke_prompt_counts_each_tool_call_and_its_prompt_function_is_no_call(
     before = pipe.processor.stats()
     with pipe.tracer.start_as_current_span("request"):
         assert asyncio.run(invoke()) == ANSWER
+    assert pipe.settle()  # the root is held for late spans, a grace after it ends
     after = pipe.processor.stats()
     assert (after.reports, after.unstaged_ai_spans) == (before.reports + 1, before.unstaged_ai_spans)
     assert plugin.cities == list(TOOL_CITIES[:tools])
@@ -264,7 +265,7 @@ def test_invoke_prompt_counts_each_tool_call_and_its_prompt_function_is_no_call(
 
 
 def test_a_kernel_function_the_app_invokes_itself_is_its_own_step_not_a_tool_call(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer
+    pipe: SettledPipeline, fake_openai: FakeOpenAIServer
 ) -> None:
     """``kernel.invoke(plugin_function)`` by the app: no model asked for it (no tool call id), so no stage.
 
@@ -276,6 +277,7 @@ def test_a_kernel_function_the_app_invokes_itself_is_its_own_step_not_a_tool_cal
         own = asyncio.run(kernel.invoke(plugin_name="weather", function_name="get_weather", city="Rome"))
         assert str(own) == "sunny in Rome"
         assert asyncio.run(_chat(kernel, service, stream=False)) == ANSWER
+    assert pipe.settle()  # the root is held for late spans, a grace after it ends
     after = pipe.processor.stats()
     assert (after.reports, after.unstaged_ai_spans) == (before.reports + 1, before.unstaged_ai_spans)
     assert plugin.cities == ["Rome", "Paris"]
@@ -295,7 +297,7 @@ def test_a_kernel_function_the_app_invokes_itself_is_its_own_step_not_a_tool_cal
 
 
 def test_kernel_creation_and_a_function_run_at_start_up_are_left_alone(
-    pipe: Pipeline, fake_openai: FakeOpenAIServer
+    pipe: SettledPipeline, fake_openai: FakeOpenAIServer
 ) -> None:
     """Building the kernel makes no span; a kernel function run outside a request (no model call) is not judged.
 
@@ -315,5 +317,6 @@ def test_kernel_creation_and_a_function_run_at_start_up_are_left_alone(
     assert "gen_ai.tool.call.id" not in (root.attributes or {})
     # No stage label, verdict, report or counts.
     assert not any(key.startswith("latency_budget.") for key in root.attributes or {})
+    assert pipe.settle()  # the root is held for late spans, a grace after it ends
     after = pipe.processor.stats()
     assert (after.reports, after.active_traces) == (before.reports, 0)

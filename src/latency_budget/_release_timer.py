@@ -1,0 +1,100 @@
+"""A thread that releases held local roots at their deadline, so a quiet process forwards them too.
+
+The processor holds a local root back for its late spans (``late_span_wait_ms``,
+``late_span_grace_ms``) and releases it at the next root's start or end, a late child's
+end, ``force_flush`` or ``shutdown``. In a process that then falls quiet none of those
+comes: this timer releases the root at its deadline instead. The thread starts lazily at
+the first hold, lives only while roots are held (it exits when none is left, and a later
+hold starts a new one), is a daemon, holds the processor only through a weak reference,
+and is started again after a fork (the child has no thread; ``reset_after_fork``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from latency_budget import _guard
+
+__all__ = ["ReleaseTimer"]
+
+
+class ReleaseTimer:
+    """Calls ``release`` once the earliest deadline given to :meth:`wake_by` has passed (monotonic ns).
+
+    ``release`` (a bound method, held weakly) judges and forwards the held roots that are
+    due and returns the earliest deadline still held, or None. :meth:`wake_by` never raises
+    and never waits for ``release``.
+    """
+
+    def __init__(self, release: Callable[[], int | None], *, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self._release = weakref.WeakMethod(release)
+        self._clock = clock
+        self._cond = threading.Condition(threading.Lock())
+        self._deadline: int | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def wake_by(self, deadline: int) -> None:
+        """Make sure ``release`` runs once ``deadline`` has passed (unless a run for an earlier one is pending)."""
+        try:
+            with self._cond:
+                if self._stopped or (self._deadline is not None and self._deadline <= deadline):
+                    return
+                self._deadline = deadline
+                if self._thread is None:
+                    thread = threading.Thread(target=self._run, name="latency-budget-held-roots", daemon=True)
+                    thread.start()
+                    self._thread = thread
+                else:
+                    self._cond.notify()
+        except Exception as exc:  # no thread (interpreter shutting down): the next root, flush or shutdown releases
+            _guard.log_internal_error("held roots timer", exc)
+
+    def stop(self, timeout_s: float = 1.0) -> None:
+        """Stop the thread without running ``release`` again, and wait (``timeout_s`` at most) for a run in progress.
+
+        Later calls to :meth:`wake_by` do nothing. So a root the thread is forwarding reaches
+        the downstream processor before the caller shuts it down.
+        """
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: no thread runs and no root is held; the lock may have been held at the fork."""
+        self._cond = threading.Condition(threading.Lock())
+        self._deadline = None
+        self._thread = None
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while True:
+                    deadline = self._deadline
+                    if self._stopped or deadline is None or cond is not self._cond:
+                        if cond is self._cond:
+                            self._thread = None  # none held: exit; the next hold starts a thread
+                        return
+                    remaining = deadline - self._clock()
+                    if remaining <= 0:
+                        break
+                    cond.wait(remaining / 1e9)
+                self._deadline = None
+            release = self._release()
+            if release is None:  # the processor is gone
+                return
+            try:
+                following = release()
+            except Exception as exc:
+                _guard.log_internal_error("held roots timer", exc)
+                following = None
+            del release
+            if following is not None:
+                self.wake_by(following)
