@@ -153,8 +153,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     samples: list[dict[str, float]] = []
 
     def sample(done: int) -> None:
-        active = processor.stats().active_traces if processor is not None else 0
-        samples.append({"traces": done, "rss_mb": round(rss_mb(), 2), "active_traces": active})
+        stats = processor.stats() if processor is not None else None
+        active = stats.active_traces if stats is not None else 0
+        held = stats.held_roots if stats is not None else 0  # ended roots waiting late_span_grace_ms
+        samples.append({"traces": done, "rss_mb": round(rss_mb(), 2), "active_traces": active, "held_roots": held})
 
     sample(0)
     started = time.perf_counter()
@@ -163,6 +165,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         ended = run_leaks(tracer, args.traces, sample)
     seconds = time.perf_counter() - started
+    if processor is not None:
+        processor.release_held()  # the last root waits up to late_span_grace_ms for late spans
     stats = processor.stats() if processor is not None else None
     tracer_provider.shutdown()
     return {

@@ -376,6 +376,15 @@ class LatencyBudgetProcessor(SpanProcessor):
         except Exception as exc:
             _guard.log_once(("shutdown", type(exc)), logging.ERROR, "latency_budget: downstream shutdown: %r", exc)
 
+    def release_held(self) -> None:
+        """Judge and forward every root held for late spans now, without flushing downstream.
+
+        What ``shutdown`` and ``force_flush`` do first; ``configure()``'s shutdown calls it
+        before it stops the logger and meter providers that the held roots' reports go to.
+        """
+        if self._held:
+            self._release(everything=True)
+
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Flush the downstream processor within ``timeout_millis``; False when it could not, or got no number."""
         if not isinstance(timeout_millis, int | float):

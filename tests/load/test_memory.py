@@ -37,7 +37,9 @@ def test_million_spans_leave_no_active_traces(load_runs: LoadRuns) -> None:
     assert stats["active_traces"] == 0
     assert stats["reports"] == MILLION_TRACES
     assert stats["evicted_lru"] == stats["evicted_idle"] == stats["truncated_traces"] == 0
-    assert all(sample["active_traces"] <= 1 for sample in load_runs.result("million-candidate")["samples"])
+    # Open at any sample: the trace in flight, and ended roots held late_span_grace_ms for late spans.
+    samples = load_runs.result("million-candidate")["samples"]
+    assert all(sample["active_traces"] - sample["held_roots"] <= 1 for sample in samples)
 
 
 def test_million_spans_resident_memory_near_baseline(load_runs: LoadRuns) -> None:

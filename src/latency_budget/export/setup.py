@@ -68,6 +68,9 @@ class Telemetry:
                 return self._outcome[0]
             deadline = time.monotonic() + timeout_s
             millis = timeout_s * 1000
+            # Roots held for late spans first: their reports go to the logger and meter
+            # providers, which the concurrent shutdowns below would otherwise close before them.
+            self.processor.release_held()
             jobs: list[tuple[str, Callable[[], object]]] = [("traces", self.tracer_provider.shutdown)]
             if self.logger_provider is not None:
                 jobs.append(("logs", self.logger_provider.shutdown))
