@@ -32,6 +32,7 @@ from latency_budget._config.genai_defaults import (
     TOOL_CALLS_ONLY,
 )
 from latency_budget._core.first_token import answered_with_tool_calls_only
+from latency_budget._core.quality import CallQuality
 
 __all__ = [
     "GENERATION_OPERATIONS",
@@ -159,6 +160,7 @@ class Call:
     key: int | None
     target: str | None
     result: int | None = None
+    quality: CallQuality | None = None  # filled by the quality reader (issue 46) where evidence exists
 
     @property
     def duration_ns(self) -> int:

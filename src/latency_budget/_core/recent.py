@@ -43,6 +43,7 @@ from latency_budget._core.levers import (
     request_levers,
     summarise,
 )
+from latency_budget._core.quality import QualityStats
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -333,6 +334,9 @@ class RecentCalls:
 
     def result(self, key: int) -> Result:
         return self._keys.get(key)
+
+    def quality(self, stage: str, model: str) -> QualityStats | None:
+        return None  # the quality reader (issue 46 item 4) fills this in
 
 
 def _cut(name: str | None) -> str | None:

@@ -20,6 +20,7 @@ from latency_budget._core.held_fixed import held_fixed_fit
 
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call, Sample
+    from latency_budget._core.quality import QualityStats
 
 __all__ = [
     "DIFFERING",
@@ -225,6 +226,9 @@ class Baseline(Protocol):
     def result(self, key: int) -> Result:
         """What the earlier requests' calls with this identity returned (see :func:`merged_result`)."""
 
+    def quality(self, stage: str, model: str) -> QualityStats | None:
+        """What is known of the quality of ``model``'s answers in ``stage`` (``None``: nothing)."""
+
 
 # What calls of one identity returned: one result's hash, None (not recorded), or DIFFERING.
 Result = int | str | None
@@ -291,6 +295,9 @@ class RecordedBaseline:
 
     def result(self, key: int) -> Result:
         return self.results.get(key)
+
+    def quality(self, stage: str, model: str) -> QualityStats | None:
+        return None  # the quality reader (issue 46 item 4) fills this in
 
     def remember(self, calls: Iterable[Call]) -> None:
         """Add the identities of a request's calls, and what they returned, to ``earlier``."""
