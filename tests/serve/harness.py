@@ -245,15 +245,16 @@ def running(
         **options,
     )
     target = otlp_target(next_hop_url, "grpc", strict=True)
-    sinks, flush = open_report_sinks(target) if reports else ([], None)
+    sinks = open_report_sinks(target) if reports else None
     server = Server(
         config,
         settings,
         open_sender(target),
         destination=next_hop_url,
         log=EventLog(log),
-        sinks=sinks,
-        flush_sinks=flush,
+        sinks=sinks.sinks if sinks is not None else (),
+        flush_sinks=sinks.flush if sinks is not None else None,
+        metric_bank=sinks.bank if sinks is not None else None,
     )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)

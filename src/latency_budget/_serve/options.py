@@ -107,8 +107,10 @@ OPTIONS: tuple[Option, ...] = (
            "OTLP/HTTP listen address; none: off", "OTLP/HTTP `POST /v1/traces`; `none` turns it off",
            "http_endpoint"),
     Option("health-endpoint", "HOST:PORT", endpoint, "localhost:13133", "`localhost:13133`",
-           "health and counters, GET /",
-           "`GET /` or `/health`: 200 and the counters while serving, 503 while draining", "health_endpoint"),
+           "health and counters (GET /), Prometheus' text (GET /metrics)",
+           "`GET /` or `/health`: 200 and the counters while serving, 503 while draining; `GET /metrics`: the "
+           "counters and gauges in Prometheus' text format ([Logs, counters and gauges](#logs-counters-and-gauges))",
+           "health_endpoint"),
     Option("forward-endpoint", "URL", text, None, "`OTEL_EXPORTER_OTLP_ENDPOINT`",
            "the next hop, instead of OTEL_EXPORTER_OTLP_ENDPOINT", "the next hop, for traces, logs and metrics",
            None),

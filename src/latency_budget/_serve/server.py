@@ -22,6 +22,7 @@ from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
+from latency_budget._serve import exposition
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
 from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, FORWARD_BATCH_SPANS, Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
@@ -35,8 +36,9 @@ from latency_budget._serve.http_receiver import (
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
 from latency_budget._serve.otlp import BadRequest, decode_request
-from latency_budget._serve.stats import Counters, EventLog
+from latency_budget._serve.stats import Counters, EventLog, Gauge
 from latency_budget._serve.wal import Wal, WalOptions
+from latency_budget.export._bank import MetricBank
 
 __all__ = ["ServeOptions", "Server"]
 
@@ -79,7 +81,9 @@ class Server:
         flush_sinks: Callable[[float], bool] | None = None,
         log: EventLog | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metric_bank: MetricBank | None = None,
     ) -> None:
+        """``metric_bank``: where serve's own counters and gauges go out with the budget metrics (over OTLP)."""
         self.options = options
         self.counters = Counters()
         self.log = log if log is not None else EventLog()
@@ -135,10 +139,13 @@ class Server:
         self.health = HealthServer(
             options.health_endpoint,
             self._health,
+            metrics=lambda: exposition.exposition(self.metric_values()),
             header_timeout_s=options.http_header_timeout_s,
             counters=self.counters,
             log=self.log,
         )
+        if metric_bank is not None:
+            exposition.observe(metric_bank, self.metric_values)
 
     def start(self) -> dict[str, object]:
         """Start serving (after replaying the write-ahead log); the ``listening`` log line's fields."""
@@ -199,27 +206,53 @@ class Server:
             return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
         return None
 
-    def _health(self) -> tuple[bool, dict[str, object]]:
+    def gauges(self) -> dict[Gauge, int]:
+        """What is held now, every gauge of the table (stats.METRICS), from one moment."""
         with self._moving:
-            traces, spans, held_bytes = self._buffer.held()
-            judging_bytes = self._deciding
-            queued_spans, queued_bytes = self._forwarder.held()
+            traces, spans, buffered = self._buffer.held()
+            judging = self._deciding
+            queued_spans, queued = self._forwarder.held()
+        wal = self._wal.held() if self._wal is not None else {"bytes": 0, "segments": 0}
+        return {
+            # As _pressure counts against --max-bytes.
+            "held": buffered + judging + queued + queued_spans * _QUEUED_SPAN_COST,
+            "held_limit": self.options.limits.max_bytes,
+            "open_traces": traces,
+            "open_spans": spans,
+            "buffered": buffered,
+            "judging": judging,
+            "queued_spans": queued_spans,
+            "queued": queued,
+            "wal": wal["bytes"],
+            "wal_segments": wal["segments"],
+            "http_connections": self.http.connections() if self.http is not None else 0,
+        }
+
+    def metric_values(self) -> dict[str, int]:
+        """Every counter and gauge of the table by name: what /metrics and the OTLP metrics send."""
+        values: dict[str, int] = dict(self.counters.snapshot().items())
+        values.update(self.gauges().items())
+        return values
+
+    def _health(self) -> tuple[bool, dict[str, object]]:
+        gauges = self.gauges()
+        # held: the gauges under their earlier names, for readers of the document before the gauges.
         held: dict[str, object] = {
-            "traces": traces,
-            "spans": spans,
-            "bytes": held_bytes,
-            "judging_bytes": judging_bytes,
-            "forward_queue_spans": queued_spans,
-            "forward_queue_bytes": queued_bytes,
+            "traces": gauges["open_traces"],
+            "spans": gauges["open_spans"],
+            "bytes": gauges["buffered"],
+            "judging_bytes": gauges["judging"],
+            "forward_queue_spans": gauges["queued_spans"],
+            "forward_queue_bytes": gauges["queued"],
         }
         if self._wal is not None:
             held["wal"] = self._wal.held()
         if self.http is not None:
-            held["http_connections"] = self.http.connections()
-        counters = self.counters.snapshot()
+            held["http_connections"] = gauges["http_connections"]
+        document: dict[str, object] = {"counters": self.counters.snapshot(), "gauges": gauges, "held": held}
         if self._draining:
-            return False, {"status": "draining", "counters": counters, "held": held}
-        return True, {"status": "serving", "counters": counters, "held": held}
+            return False, {"status": "draining", **document}
+        return True, {"status": "serving", **document}
 
     def _decide_loop(self) -> None:
         tick = min(0.25, max(0.005, self.options.limits.decision_wait_s / 5))

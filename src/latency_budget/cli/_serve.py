@@ -93,10 +93,16 @@ def run(args: argparse.Namespace) -> int:
 
     # The exporters log every failed attempt; the server logs the next hop going down and up once.
     logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
-    sinks, flush = open_report_sinks(target, metric_interval_s=metric_interval) if reports == "otlp" else ([], None)
+    sinks = open_report_sinks(target, metric_interval_s=metric_interval) if reports == "otlp" else None
     try:
         server = Server(
-            config, options, open_sender(target), destination=target.describe("traces"), sinks=sinks, flush_sinks=flush
+            config,
+            options,
+            open_sender(target),
+            destination=target.describe("traces"),
+            sinks=sinks.sinks if sinks is not None else (),
+            flush_sinks=sinks.flush if sinks is not None else None,
+            metric_bank=sinks.bank if sinks is not None else None,
         )
     except WalError as exc:
         raise CliError(f"serve: {exc}") from None
