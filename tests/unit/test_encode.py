@@ -73,16 +73,15 @@ def _read_help(text: str) -> str:
 
 def _shown_help(text: str) -> str:
     """What a HELP line shows of ``text``: line feeds kept, other invisible characters as escape text."""
-    return "".join(
-        "\n" if c == "\n" else "\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else visible(c) for c in text
-    )
+    return "".join("\n" if c == "\n" else "\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else visible(c) for c in text)
 
 
 @pytest.mark.parametrize("payload", [*PAYLOADS, "ends with a backslash \\", "\\n is not a line feed"])
 def test_exposition_help_reads_back_on_one_line(payload: str) -> None:
     """A HELP text stays on one line and a scraper's reading gives the text back, invisible characters shown."""
     encoded = exposition_help(payload)
-    assert "\n" not in encoded and encoded.isprintable()
+    assert "\n" not in encoded
+    assert encoded.isprintable()
     assert _read_help(encoded) == _shown_help(payload)
 
 

@@ -53,7 +53,8 @@ def test_names_and_units_follow_opentelemetry_and_prometheus_rules() -> None:
         assert name.startswith(OTEL_PREFIX)
         assert not name.endswith(("_total", "_bytes", "_count")), f"{name}: the unit and kind are not in the name"
         assert row.unit == "By" or re.fullmatch(r"\{[a-z]+\}", row.unit), f"{name}: unit {row.unit!r}"
-        assert row.description.endswith(".") and "\n" not in row.description, name
+        assert row.description.endswith("."), name
+        assert "\n" not in row.description, name
         assert PROMETHEUS_NAME.fullmatch(prometheus_name(row)), prometheus_name(row)
     names = [prometheus_name(row) for row in METRICS]
     assert len(set(names)) == len(names)
