@@ -27,10 +27,10 @@ from latency_budget.cli._main import build_parser, main
 from ..e2e.services import LOOPBACK, ManagedProcess, free_ports, poll
 from ..serve.harness import NextHop
 from .cluster import ApiServer
-from .conftest import ALL_ON_VALUES, CHART, NAMESPACE, REPO
+from .conftest import ALL_ON_VALUES, CHART, KEDA_VALUES, NAMESPACE, REPO
 
 Render = Callable[[Path | None], list[dict[str, Any]]]
-VALUES = {"defaults": None, "all-on": ALL_ON_VALUES}
+VALUES = {"defaults": None, "all-on": ALL_ON_VALUES, "keda": KEDA_VALUES}
 
 
 def _one(objects: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
@@ -79,7 +79,9 @@ def test_every_object_is_accepted_by_the_api_server(api_server: ApiServer, rende
     kinds = {obj["kind"] for obj in objects}
     expected = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "StatefulSet"}
     assert expected | {"PodDisruptionBudget"} <= kinds
-    assert ("HorizontalPodAutoscaler" in kinds) == (values is not None)
+    assert ("HorizontalPodAutoscaler" in kinds) == (values == ALL_ON_VALUES)
+    assert ("ScaledObject" in kinds) == (values == KEDA_VALUES)
+    assert ({"ServiceMonitor", "PrometheusRule"} <= kinds) == (values is not None)
 
 
 def test_the_api_server_refuses_an_unknown_field_and_warns_on_an_unsafe_pod(
