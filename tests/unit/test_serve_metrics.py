@@ -73,6 +73,25 @@ def test_the_docs_table_of_serve_metrics_is_the_codes_table() -> None:
     assert block == render_doc_table(), "regenerate it: python -m tests.unit.test_serve_metrics"
 
 
+def test_every_series_and_otlp_name_the_docs_give_is_a_row() -> None:
+    """Each latency_budget_serve_* and latency_budget.serve.* name in README and docs/ is one of the table's."""
+    series = {prometheus_name(row) for row in METRICS}
+    otlp = {otel_name(row) for row in METRICS}
+    texts = {
+        path.name: path.read_text(encoding="utf-8") for path in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+    }
+    named = {(name, found) for name, text in texts.items() for found in re.findall(r"latency_budget_serve_\w+", text)}
+    dotted = {
+        (name, found.rstrip("."))
+        for name, text in texts.items()
+        for found in re.findall(r"latency_budget\.serve\.[a-z_.]+", text)
+    }
+
+    assert {found for _, found in named} >= {"latency_budget_serve_open_traces", "latency_budget_serve_queued_bytes"}
+    assert not {(name, found) for name, found in named if found not in series and not found.endswith("_")}
+    assert not {(name, found) for name, found in dotted if found not in otlp}
+
+
 def test_the_exposition_has_every_row_once_with_its_type_and_value() -> None:
     """Each row is a HELP, a TYPE and one sample line, its value read from the mapping by the row's name."""
     values = {row.name: index for index, row in enumerate(METRICS)}
