@@ -117,7 +117,7 @@ def _send_trace(endpoint: str) -> None:
 def test_serves_metrics_reach_prometheus_scraped_and_through_the_collector(
     serve: ServeService, private_collector: CollectorService, prometheus_binary: str, tmp_path: Path
 ) -> None:
-    """Each row is one series in both jobs, same name, type and help; the counts are the spans sent."""
+    """Each row is one series in both jobs under one name, with the table's type and help and the counts sent."""
     _send_trace(serve.grpc_endpoint)
     poll(
         lambda: True if serve.counters()["spans_forwarded"] == SPANS else None,
@@ -158,6 +158,6 @@ def test_serves_metrics_reach_prometheus_scraped_and_through_the_collector(
         served = {name for name in names[job] if name.startswith("latency_budget_serve_")}
         assert served == expected, (job, sorted(served ^ expected))
     for row in METRICS:
-        # Both targets' metadata: the scraped HELP (read back by Prometheus' own parser) and the Collector's.
+        # serve's HELP as Prometheus' own parser read it back (and the Collector's, under the same family name).
         seen = {(item["type"], item["help"]) for item in metadata[prometheus_name(row)]}
         assert seen == {(row.kind, row.description.replace("`", ""))}, row.name
