@@ -166,6 +166,7 @@ def test_a_failing_source_costs_its_numbers_not_the_budget_metrics() -> None:
     bank = MetricBank(Resource.create({}), lambda kind: AggregationTemporality.CUMULATIVE)
     bank.counter("latency_budget.violations", "{violation}", "d").add(1, {})
     observe(bank, broken)
+    observe(bank, lambda: {"spans_received": 1})  # a row missing: that source's numbers are left out
 
     assert set(_points(bank.collect())) == {"latency_budget.violations"}
 

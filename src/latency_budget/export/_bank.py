@@ -222,6 +222,7 @@ class BankObserved:
         """A metric per number; a counter in delta temporality is its increase since the last collection."""
         try:
             values = self._callback()
+            read = [(number, values[number.key]) for number in self._numbers]
         except Exception as exc:  # the server's bug: logged once, the next collection tries again
             _guard.log_once(
                 ("metric-observe", type(exc)), logging.WARNING, "latency_budget: reading metrics failed: %r", exc
@@ -229,18 +230,17 @@ class BankObserved:
             return []
         metrics = []
         with self._lock:
-            for number in self._numbers:
-                value = values[number.key]
+            for number, value in read:
                 if not number.monotonic:
                     point = NumberDataPoint({}, start_ns, now_ns, value)
                     metrics.append(Metric(number.name, number.description, number.unit, Gauge([point])))
                     continue
                 chosen = temporality(ObservableCounter)
-                start = start_ns
+                start, sent = start_ns, value
                 if chosen is AggregationTemporality.DELTA:
-                    value, self._last[number.key] = value - self._last.get(number.key, 0), value
-                    start = delta_start_ns
-                point = NumberDataPoint({}, start, now_ns, value)
+                    start, sent = delta_start_ns, value - self._last.get(number.key, 0)
+                    self._last[number.key] = value
+                point = NumberDataPoint({}, start, now_ns, sent)
                 metrics.append(
                     Metric(number.name, number.description, number.unit, Sum([point], chosen, is_monotonic=True))
                 )
