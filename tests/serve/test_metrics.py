@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
+from latency_budget._serve.assembly import Limits
 from latency_budget._serve.exposition import CONTENT_TYPE, otel_name, prometheus_name
 from latency_budget._serve.stats import COUNTERS, GAUGES, METRICS
 
@@ -82,8 +87,6 @@ def test_the_health_endpoint_and_metrics_endpoint_read_every_row_alike(hop: Next
 
 def test_held_gauges_show_an_open_trace_until_it_is_judged(hop: NextHop) -> None:
     """While a trace waits for --decision-wait, open_traces, open_spans, buffered and held count it."""
-    from latency_budget._serve.assembly import Limits  # noqa: PLC0415
-
     with running(BUDGETS, hop.url, limits=Limits(decision_wait_s=30.0, max_wait_s=60.0)) as serve:
         assert send_grpc(record(agent_trace), serve.grpc_endpoint).name == "SUCCESS"
         _, samples = _scrape(serve.health_url)
@@ -109,3 +112,28 @@ def test_the_counters_and_gauges_go_out_over_otlp_with_the_budget_metrics(hop: N
     assert received["latency_budget.serve.traces_judged"][1] == 1
     assert received["latency_budget.serve.held_limit"][1] == serve.server.options.limits.max_bytes
     assert "latency_budget.stage.duration" in received  # the same push as the budget metrics
+
+
+def test_held_is_what_the_refusal_counted_against_held_limit(hop: NextHop) -> None:
+    """Sent until refused (--max-bytes), the held gauge is the very figure the refusal named, under held_limit."""
+    limit = 60_000
+    with running(BUDGETS, hop.url, limits=Limits(decision_wait_s=60.0, max_wait_s=60.0, max_bytes=limit)) as serve:
+        stub = trace_service_pb2_grpc.TraceServiceStub(grpc.insecure_channel(serve.grpc_endpoint))
+        refused = None
+        for trace in range(1, 200):  # each trace stays open: nothing leaves for 60 s
+            try:
+                stub.Export(encode_spans(record(agent_trace, first_trace=trace)), timeout=10)
+            except grpc.RpcError as error:
+                refused = error
+                break
+        gauges = serve.health()[1]["gauges"]
+        events = [e for e in serve.events() if e["event"] == "refused"]
+
+    assert refused is not None
+    assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    (event,) = events
+    named = re.match(r"(\d+) bytes held, (\d+) more", event["reason"])
+    assert named is not None, event
+    assert gauges["held"] == int(named.group(1))
+    assert gauges["held"] <= gauges["held_limit"] == limit < gauges["held"] + int(named.group(2))
+    assert gauges["open_traces"] == trace - 1
