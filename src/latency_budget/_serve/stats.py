@@ -3,8 +3,10 @@
 Every reader of serve's numbers reads :data:`METRICS`: the health endpoint's JSON, the
 Prometheus text on ``GET /metrics`` (:mod:`.exposition`), the OTLP metrics pushed with the
 budget metrics (:func:`.exposition.observe`) and docs/collector-tier.md's table
-(:func:`.exposition.render_doc_table`; tests/unit/test_serve_metrics.py checks each of them against it).
-A new counter is one name in :data:`Counter` and one row here: the test names what is missing.
+(:func:`.exposition.render_doc_table`; tests/unit/test_serve_metrics.py checks each of them
+against it). A new counter is one name in :data:`Counter` and one row in :data:`METRICS`
+(the test names what is missing), then ``python -m tests.unit.test_serve_metrics`` writes
+the docs' table again.
 """
 
 from __future__ import annotations
