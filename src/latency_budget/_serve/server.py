@@ -264,6 +264,7 @@ class Server:
     def _leave(self, decided: list[Decided]) -> None:
         """Late spans and evicted traces, on the receiving thread: forwarded as they are."""
         for item in decided:
+            self._intake.stale(item.trace_id)  # never judged: no longer stale
             if item.outcome == "evicted":
                 self.counters.add("traces_evicted")
                 self.counters.add("spans_evicted", len(item.spans))
@@ -312,12 +313,13 @@ class Server:
         # With --roots local a trace whose root never came still has its services' local roots.
         local = self.options.roots == "local"
         for item in decided:
+            stale = self._intake.stale(item.trace_id)  # held across a reload that reads more keys
             if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
                 self._mark_partial(item)
                 continue
             try:
-                if self._intake.stale(item.trace_id):  # held across a reload that reads more keys
+                if stale:
                     for received in item.spans:
                         decode_in_full(received)
                 verdicts = self._judge.judge(item.spans)

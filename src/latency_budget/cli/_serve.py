@@ -133,13 +133,26 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     reload_interval = values["reload-interval"]
+    hangups = threading.Event()
+
+    def answer_hangups() -> None:
+        # A thread of its own, started before the handler is set: the handler only sets an event.
+        while True:
+            hangups.wait()
+            if stop.is_set():
+                return
+            hangups.clear()
+            server.log.event("reload_requested", always=True, signal="SIGHUP", file=budgets)
+            watcher.check()
 
     def on_hangup(signum: int, _frame: object) -> None:
         if reload_interval is None:
             later("signal_ignored", signal="SIGHUP", reason="--reload-interval off: restart to reload the budget file")
-            return
-        later("reload_requested", signal="SIGHUP", file=budgets)
-        threading.Thread(target=watcher.check, name="latency-budget-reload-now", daemon=True).start()
+        else:
+            hangups.set()
+
+    if reload_interval is not None:
+        threading.Thread(target=answer_hangups, name="latency-budget-reload-now", daemon=True).start()
 
     handlers = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGHUP: on_hangup}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
@@ -151,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         # out of the garbage collector's full passes, which otherwise scan it again and again.
         gc.freeze()
         stop.wait()
+        hangups.set()  # the hangup thread ends
         watcher.stop(1.0)
         server.drain()
     finally:
