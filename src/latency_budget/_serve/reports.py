@@ -45,8 +45,13 @@ class Reports:
     bank: MetricBank
 
 
-def open_report_sinks(target: OtlpTarget, *, metric_interval_s: float = 10.0) -> Reports:
-    """The report sinks over OTLP, by the same settings as the forwarded traces."""
+def open_report_sinks(
+    target: OtlpTarget, *, metric_interval_s: float = 10.0, partial_in_metrics: bool = False
+) -> Reports:
+    """The report sinks over OTLP, by the same settings as the forwarded traces.
+
+    ``partial_in_metrics``: the budget metrics count traces judged on part of their spans too.
+    """
     resource = Resource.create({})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
@@ -61,7 +66,7 @@ def open_report_sinks(target: OtlpTarget, *, metric_interval_s: float = 10.0) ->
     sinks: list[Callable[[TraceReport], object]] = [
         ViolationLogEmitter(logger_provider),
         HintLogEmitter(logger_provider),
-        BudgetMetrics(bank=bank),
+        BudgetMetrics(bank=bank, partial_traces=partial_in_metrics),
     ]
 
     def flush(timeout_s: float) -> bool:
