@@ -68,6 +68,12 @@ _RESULTS = CALL_KEYS.results  # read only on a span with arguments
 # The first spelling of these is read inline, the others (if any) only when it is missing.
 _FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
 _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
+_REASONING, _OTHER_REASONING = CALL_KEYS.reasoning_tokens[0], CALL_KEYS.reasoning_tokens[1:]
+_no_other_reasoning = frozenset(_OTHER_REASONING).isdisjoint
+# Read only where a Call is made (the levers' reading of a request, not the series): the
+# input tokens the provider's prompt cache served or took, and the reasoning level asked for.
+_CACHE_KEYS = frozenset((*CALL_KEYS.cached_input_tokens, *CALL_KEYS.cache_creation_input_tokens))
+_no_cache_keys = _CACHE_KEYS.isdisjoint
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
 # The presence tests, bound once: a method looked up at each call costs more (callgrind).
 _no_lever_keys = _LEVER_KEYS.isdisjoint
@@ -109,6 +115,7 @@ Sample = tuple[
     "int | None",
     "str | None",
     "int | None",
+    "int | None",
 ]
 SAMPLE_FIELDS = (
     "stage",
@@ -124,6 +131,7 @@ SAMPLE_FIELDS = (
     "key",
     "target",
     "result",
+    "reasoning_tokens",
 )
 
 
@@ -134,14 +142,18 @@ class Call:
     ``generation`` is a chat or completion call (its output can be streamed);
     ``streamed`` says it streamed (``gen_ai.request.stream`` true, or a first token
     recorded); ``to_tools`` that it answered with tool calls, so its output was not for
-    the user. Only a generation's levers (streaming, output length) read its output
-    tokens, stream flag and finish reasons, so only a generation call's are read: on
-    another call they are ``None`` and ``False`` (a first token recorded still makes it
-    ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
+    the user. Only a generation's levers (streaming, output length, reasoning) read its
+    output and reasoning tokens, stream flag and finish reasons, so only a generation
+    call's are read: on another call they are ``None`` and ``False`` (a first token
+    recorded still makes it ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
     is ``None`` when the span carries no arguments. ``target`` is what was called: a
     model, a tool or a data source, for people only. ``result`` is a hash of what a call
     with arguments returned (``gen_ai.tool.call.result``, OpenInference's
     ``output.value``...: the ``results`` column of the dialects), ``None`` when not recorded.
+    ``reasoning_tokens`` are the output tokens spent reasoning, ``reasoning_level`` the level
+    (effort) the call asked for; ``cached_input_tokens`` the input tokens the provider read
+    from its prompt cache and ``cache_creation_input_tokens`` those it wrote to it, each
+    within ``input_tokens`` (``None`` when not recorded, or when more than the input tokens).
     """
 
     span_id: int
@@ -161,6 +173,10 @@ class Call:
     target: str | None
     result: int | None = None
     quality: CallQuality | None = None  # filled by the quality reader (issue 46) where evidence exists
+    reasoning_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_level: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -260,6 +276,7 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
         else:
             generation = _other_generation(get)
         output_tokens: int | None = None
+        reasoning_tokens: int | None = None
         to_tools = False
         streamed = first_token_ns is not None
         target: str | None = model
@@ -272,6 +289,11 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 found = get(_OUTPUT)
                 if type(found) is int and found >= 0:
                     output_tokens = found
+                found = get(_REASONING)
+                if type(found) is int and found >= 0:
+                    reasoning_tokens = found
+                elif not _no_other_reasoning(attributes):
+                    reasoning_tokens = _first_count(get, _OTHER_REASONING)
                 reasons = get(_FINISH_REASONS)
                 if reasons is None and _OTHER_FINISH_REASONS:
                     reasons = _first(get, _OTHER_FINISH_REASONS)
@@ -318,6 +340,7 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 key,
                 target,
                 result,
+                reasoning_tokens,
             )
         )
     if not samples:
@@ -408,15 +431,29 @@ def call_of(
     found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)], tools_only)
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target, result) = (
+    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target, result, reasoning) = (
         found.samples[0]
     )
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
+    cached: int | None = None
+    written: int | None = None
+    level: str | None = None
     if model is not None:
         response_model = _first_text(get, CALL_KEYS.response_model)
         provider = _first_str(get, _PROVIDERS)
+        if input_tokens is not None and not _no_cache_keys(attributes):
+            cached = _first_count(get, CALL_KEYS.cached_input_tokens)
+            written = _first_count(get, CALL_KEYS.cache_creation_input_tokens)
+            # Each is a share of the input tokens: a count beyond them is of another kind
+            # (an API whose input count leaves the cache out), not read as a share.
+            if cached is not None and cached > input_tokens:
+                cached = None
+            if written is not None and written + (cached or 0) > input_tokens:
+                written = None
+        if generation:
+            level = _first_text(get, CALL_KEYS.reasoning_level)
     return Call(
         span_id,
         stage,
@@ -434,6 +471,11 @@ def call_of(
         key,
         target,
         result,
+        None,
+        reasoning,
+        cached,
+        written,
+        level,
     )
 
 

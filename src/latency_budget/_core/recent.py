@@ -222,7 +222,7 @@ class RecentCalls:
         pending: list[tuple[Sample, _Series]] | None = None  # calls whose series has fits to compare them with
         series_of = self._series
         for sample in samples:
-            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _, _ = sample
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _, _, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
@@ -298,7 +298,7 @@ class RecentCalls:
                 MAX_NAME_CHARS,
             )
         kept = _cut(model)
-        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target), sample[12])
+        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target), *sample[12:])
 
     def remember(self, samples: Sequence[Sample]) -> None:
         """Remember the identities of ``samples`` and what they returned, for later requests (the oldest go first)."""

@@ -48,7 +48,8 @@ class AdviceFor:
     those where it applied without an estimate, ``held_back`` those where a protected
     stage's check held its saving back;
     ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request);
-    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent.
+    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent,
+    ``cached`` those where ``context_size`` counted only the tokens after a cached prefix.
     """
 
     stage: str
@@ -63,6 +64,7 @@ class AdviceFor:
     repeats: int = 0
     within: int = 0
     assumed: int = 0
+    cached: int = 0
 
 
 # (basis, advice): what the estimate rests on and what to try, each for people.
