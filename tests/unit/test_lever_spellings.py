@@ -42,7 +42,10 @@ def _read(attributes: dict[str, object], *, ttft: int | None = None) -> call_fac
 def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str) -> None:
     """A span whose only spelling of a fact is this key gets that fact from it."""
     model: dict[str, object] = {} if column == "model" else {CALL_KEYS.model[-1]: "m"}
-    if column in ("output_tokens", "stream", "finish_reasons", "reasoning_tokens", "reasoning_level"):
+    if (
+        column in ("output_tokens", "stream", "finish_reasons", "reasoning_tokens", "reasoning_level")
+        or "cache" in column
+    ):
         model.update(_GENERATION)  # read of generation calls only (see the test below)
     if column in ("tool_name", "data_source"):
         # What a call without a model called: read on a span with arguments (the only
@@ -88,8 +91,9 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         assert getattr(_read({**model, key: 60}), column) is None
     elif column == "reasoning_tokens":
         assert _read({**model, key: 44}).reasoning_tokens == 44
-    elif column == "reasoning_level":
-        assert _read({**model, key: "low"}).reasoning_level == "low"
+    elif column == "reasoning_level":  # read where the call records its reasoning
+        assert _read({**model, CALL_KEYS.reasoning_tokens[0]: 9, key: "low"}).reasoning_level == "low"
+        assert _read({**model, key: "low"}).reasoning_level is None
     else:  # a new column: say how it is read here
         pytest.fail(f"{source}: column {column!r} of CallKeys has no test")
 

@@ -68,8 +68,10 @@ _RESULTS = CALL_KEYS.results  # read only on a span with arguments
 # The first spelling of these is read inline, the others (if any) only when it is missing.
 _FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
 _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
-_REASONING, _OTHER_REASONING = CALL_KEYS.reasoning_tokens[0], CALL_KEYS.reasoning_tokens[1:]
-_no_other_reasoning = frozenset(_OTHER_REASONING).isdisjoint
+# Reasoning tokens: one presence test of every spelling, not a read of the first (most
+# calls record none, and a span's mapping answers a set's test for less than one get).
+_REASONING = CALL_KEYS.reasoning_tokens
+_no_reasoning_keys = frozenset(_REASONING).isdisjoint
 # Read only where a Call is made (the levers' reading of a request, not the series): the
 # input tokens the provider's prompt cache served or took, and the reasoning level asked for.
 _CACHE_KEYS = frozenset((*CALL_KEYS.cached_input_tokens, *CALL_KEYS.cache_creation_input_tokens))
@@ -289,11 +291,8 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 found = get(_OUTPUT)
                 if type(found) is int and found >= 0:
                     output_tokens = found
-                found = get(_REASONING)
-                if type(found) is int and found >= 0:
-                    reasoning_tokens = found
-                elif not _no_other_reasoning(attributes):
-                    reasoning_tokens = _first_count(get, _OTHER_REASONING)
+                if not _no_reasoning_keys(attributes):
+                    reasoning_tokens = _first_count(get, _REASONING)
                 reasons = get(_FINISH_REASONS)
                 if reasons is None and _OTHER_FINISH_REASONS:
                     reasons = _first(get, _OTHER_FINISH_REASONS)
@@ -443,7 +442,8 @@ def call_of(
     if model is not None:
         response_model = _first_text(get, CALL_KEYS.response_model)
         provider = _first_str(get, _PROVIDERS)
-        if input_tokens is not None and not _no_cache_keys(attributes):
+        # A prompt cache serves a generation's prompt (an embedding has none).
+        if generation and input_tokens is not None and not _no_cache_keys(attributes):
             cached = _first_count(get, CALL_KEYS.cached_input_tokens)
             written = _first_count(get, CALL_KEYS.cache_creation_input_tokens)
             # Each is a share of the input tokens: a count beyond them is of another kind
@@ -452,7 +452,7 @@ def call_of(
                 cached = None
             if written is not None and written + (cached or 0) > input_tokens:
                 written = None
-        if generation:
+        if reasoning is not None:  # a call that records no reasoning has no level to compare
             level = _first_text(get, CALL_KEYS.reasoning_level)
     return Call(
         span_id,

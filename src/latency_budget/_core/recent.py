@@ -262,6 +262,9 @@ class RecentCalls:
             rate, median_out = stats.ms_per_output_token, stats.output_p50
             if rate is not None and median_out is not None and (sample[6] or 0) > median_out:
                 return True
+            usual = stats.reasoning_p50
+            if rate is not None and usual is not None and (sample[13] or 0) > usual:
+                return True
         return False
 
     def _series_for(self, sample: Sample) -> tuple[Sample, _Series] | None:

@@ -142,9 +142,10 @@ LEVER = Lever(
     fits="calls with more input tokens than their model's median in the stage, where a fit shows input tokens "
     "cost time",
     controls_for="fits time to first token on input tokens where calls stream (prefill alone), else duration "
-    "with output tokens held fixed: a longer input that brings a longer answer is not counted as prefill",
-    evidence="evaluation scores of calls with trimmed and full contexts; cached input tokens (trimming a prefix "
-    "the provider serves from its prompt cache can cost more than it saves)",
+    "with output tokens held fixed: a longer input that brings a longer answer is not counted as prefill; where "
+    "the provider served a prefix of the prompt from its prompt cache, only the tokens after it are trimmed "
+    "(trimming into it would lose the cache hit)",
+    evidence="evaluation scores of calls with trimmed and full contexts",
     never="trimming a protected stage's input",
     needs=("evaluation_scores",),
     advise=advise,
