@@ -183,5 +183,6 @@ def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
             assert sample[index] == getattr(call, field), field
     assert len(calls) == 3
     assert calls == tuple(calls)
+    assert calls.calls() == call_facts.calls_of(raw)  # built from the samples: as if each span were read again
     assert not RecordedCalls([(1, "model_call", 10, 40, None, other)])
     assert RecordedCalls([(1, "model_call", 10, 40, None, other)]) == ()

@@ -209,7 +209,7 @@ class RecordedCalls(Sequence[Call]):
     def calls(self) -> tuple[Call, ...]:
         built = self._built
         if built is None:
-            built = self._built = calls_of(self._raw, self._tools_only)
+            built = self._built = calls_of(self._raw, self._tools_only, self.samples)
         return built
 
     def __bool__(self) -> bool:
@@ -380,27 +380,35 @@ def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
     return (type(model) is str and model != "") or not _no_lever_keys(attributes)
 
 
-def calls_of(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> tuple[Call, ...]:
+def calls_of(
+    raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY, samples: Sequence[Sample] | None = None
+) -> tuple[Call, ...]:
     """The calls a lever can use, in start order (then end, then span id); ``tools_only`` as for recorded_calls.
 
     Those are the stage spans with a model or arguments, and the other spans of their
     stages (whose time the stage's union needs). A stage none of whose spans has either,
     such as most tool and guardrail stages, gives none: reading its spans would cost the
-    root's end for nothing.
+    root's end for nothing. ``samples``, when given, are :func:`recorded_calls`' of ``raw``
+    (with the same ``tools_only``): the facts they hold are not read again.
     """
     calls: list[Call] = []
     others: list[RawCall] = []
-    used: set[str] = set()
+    keyed: list[RawCall] = []
     for item in raw:
-        attributes = item[5]
-        if _has_lever_keys(attributes):  # the same spans as recorded_calls reads
-            span_id, stage, start, end, ttft, _ = item
-            calls.append(call_of(span_id, stage, start, end, ttft, attributes, tools_only))
-            used.add(stage)
+        if _has_lever_keys(item[5]):  # the same spans as recorded_calls reads
+            keyed.append(item)
         else:
             others.append(item)
-    if not calls:
+    if not keyed:
         return ()
+    if samples is not None and len(samples) == len(keyed):
+        # recorded_calls gives the samples of these spans in this order (start, end, span id).
+        for item, sample in zip(sorted(keyed, key=_RAW_ORDER), samples, strict=True):
+            calls.append(_call_of_sample(item[0], sample, item[5]))
+    else:
+        for span_id, stage, start, end, ttft, attributes in keyed:
+            calls.append(call_of(span_id, stage, start, end, ttft, attributes, tools_only))
+    used = {item[1] for item in keyed}
     for span_id, stage, start, end, ttft, _ in others:
         if stage in used:
             calls.append(_untyped_call(span_id, stage, start, end, ttft))
@@ -430,9 +438,27 @@ def call_of(
     found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)], tools_only)
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target, result, reasoning) = (
-        found.samples[0]
-    )
+    return _call_of_sample(span_id, found.samples[0], attributes)
+
+
+def _call_of_sample(span_id: int, sample: Sample, attributes: Mapping[str, object]) -> Call:
+    """The :class:`Call` of a span whose :data:`Sample` is read: the facts a sample does not keep read here."""
+    (
+        stage,
+        model,
+        start_ns,
+        end_ns,
+        first_token_ns,
+        input_tokens,
+        output_tokens,
+        generation,
+        streamed,
+        to_tools,
+        key,
+        target,
+        result,
+        reasoning,
+    ) = sample
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
