@@ -89,10 +89,12 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         assert getattr(_read({**with_input, key: 60}), column) == 60
         assert getattr(_read({**with_input, key: 160}), column) is None
         assert getattr(_read({**model, key: 60}), column) is None
-    elif column == "reasoning_tokens":
-        assert _read({**model, key: 44}).reasoning_tokens == 44
+    elif column == "reasoning_tokens":  # counted within the output tokens: read where those are
+        assert _read({**model, CALL_KEYS.output_tokens[0]: 50, key: 44}).reasoning_tokens == 44
+        assert _read({**model, key: 44}).reasoning_tokens is None
     elif column == "reasoning_level":  # read where the call records its reasoning
-        assert _read({**model, CALL_KEYS.reasoning_tokens[0]: 9, key: "low"}).reasoning_level == "low"
+        reasoned = {**model, CALL_KEYS.output_tokens[0]: 50, CALL_KEYS.reasoning_tokens[0]: 9}
+        assert _read({**reasoned, key: "low"}).reasoning_level == "low"
         assert _read({**model, key: "low"}).reasoning_level is None
     else:  # a new column: say how it is read here
         pytest.fail(f"{source}: column {column!r} of CallKeys has no test")

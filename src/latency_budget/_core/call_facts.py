@@ -291,8 +291,6 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 found = get(_OUTPUT)
                 if type(found) is int and found >= 0:
                     output_tokens = found
-                if not _no_reasoning_keys(attributes):
-                    reasoning_tokens = _first_count(get, _REASONING)
                 reasons = get(_FINISH_REASONS)
                 if reasons is None and _OTHER_FINISH_REASONS:
                     reasons = _first(get, _OTHER_FINISH_REASONS)
@@ -311,6 +309,9 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 input_tokens = _first_count(get, _INPUT_TOKENS[1:])
                 if generation:
                     output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
+            # Reasoning tokens are counted within the output tokens: read where those are.
+            if output_tokens is not None and not _no_reasoning_keys(attributes):
+                reasoning_tokens = _first_count(get, _REASONING)
         else:
             input_tokens = None
             target = _first_str(get, CALL_KEYS.tool_name)
