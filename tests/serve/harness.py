@@ -233,6 +233,7 @@ def running(
     limits: Limits | None = None,
     drain: bool = True,
     reports: bool = False,
+    partial_in_metrics: bool = False,
     **options: Any,
 ) -> Iterator[Running]:
     """A started server forwarding to ``next_hop_url`` (with ``reports``, its logs and metrics too); drained after."""
@@ -245,7 +246,7 @@ def running(
         **options,
     )
     target = otlp_target(next_hop_url, "grpc", strict=True)
-    sinks, flush = open_report_sinks(target) if reports else ([], None)
+    sinks, flush = open_report_sinks(target, partial_in_metrics=partial_in_metrics) if reports else ([], None)
     server = Server(
         config,
         settings,

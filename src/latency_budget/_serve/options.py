@@ -149,6 +149,10 @@ OPTIONS: tuple[Option, ...] = (
            "violation and hint logs and budget metrics over OTLP", None),
     Option("metric-interval", "SECONDS", seconds, 10.0, "10", "how often the budget metrics are exported",
            "how often the budget metrics are exported", None),
+    Option("partial-in-metrics", "no|yes", choice("no", "yes"), "no", "`no`",
+           "count traces judged on part of their spans in the budget metrics",
+           "`yes`: the budget metrics count traces judged on part of their spans too ([Partial "
+           "traces](#partial-traces)); their roots and violation logs are marked either way", None),
     Option("wal-dir", "DIR", text, None, "off", "write-ahead log: what is acknowledged survives a crash",
            "the write-ahead log: what `serve` acknowledged survives `kill -9` and a restart "
            "([Durability](#durability)); on in the tier's compose profile (`/wal`)", "wal.directory"),

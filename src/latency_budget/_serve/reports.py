@@ -33,9 +33,12 @@ DEFAULT_SERVICE_NAME = "latency-budget-serve"
 
 
 def open_report_sinks(
-    target: OtlpTarget, *, metric_interval_s: float = 10.0
+    target: OtlpTarget, *, metric_interval_s: float = 10.0, partial_in_metrics: bool = False
 ) -> tuple[list[Callable[[TraceReport], object]], Callable[[float], bool]]:
-    """The report sinks, and how to flush and stop them within a number of seconds (True: in time)."""
+    """The report sinks, and how to flush and stop them within a number of seconds (True: in time).
+
+    ``partial_in_metrics``: the budget metrics count traces judged on part of their spans too.
+    """
     resource = Resource.create({})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
@@ -50,7 +53,7 @@ def open_report_sinks(
     sinks: list[Callable[[TraceReport], object]] = [
         ViolationLogEmitter(logger_provider),
         HintLogEmitter(logger_provider),
-        BudgetMetrics(bank=bank),
+        BudgetMetrics(bank=bank, partial_traces=partial_in_metrics),
     ]
 
     def flush(timeout_s: float) -> bool:

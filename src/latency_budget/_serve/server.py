@@ -35,6 +35,7 @@ from latency_budget._serve.http_receiver import (
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
 from latency_budget._serve.otlp import BadRequest, decode_request
+from latency_budget._serve.partial import PartialReason, mark, mark_tops
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
 
@@ -251,9 +252,34 @@ class Server:
             elif item.outcome == "no_root":  # quiet and rootless, forwarded to make room (assembly.py)
                 self.counters.add("traces_forwarded_unjudged")
                 self.log.event("forwarded_unjudged", reason="rootless, to make room (--max-traces, --max-bytes)")
+                self._mark_partial(item)
             else:
                 self.counters.add("spans_late", len(item.spans))
+                self._mark_partial(item)
         self._forward(decided)
+
+    def _mark_partial(self, item: Decided) -> None:
+        """Mark and count a trace leaving unjudged on part of its spans: late spans, or (``--roots trace``) no root.
+
+        A failure to mark is logged; the spans go on as they are.
+        """
+        try:
+            if item.outcome == "late":
+                if item.mark_late:
+                    mark(item.spans, "late_spans")
+                    if item.count_partial:
+                        self._partial("late_spans", len(item.spans))
+            elif item.outcome in ("no_root", "shutdown") and self.options.roots == "trace":
+                mark_tops(item.spans, "no_root")
+                if self._buffer.first_partial(item.trace_id):
+                    self._partial("no_root", len(item.spans))
+        except Exception as exc:
+            self.log.event("internal_error", where="mark_partial", error=repr(exc)[:300])
+
+    def _partial(self, reason: PartialReason, spans: int) -> None:
+        """Count a trace found partial here (once per trace), and log it (at most a line a second)."""
+        self.counters.add("traces_partial")
+        self.log.event("trace_partial", reason=reason, spans=spans)
 
     def _decide(self, decided: list[Decided], *, judged: bool = False) -> None:
         if not decided:
@@ -265,6 +291,7 @@ class Server:
         for item in decided:
             if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
+                self._mark_partial(item)
                 continue
             try:
                 verdicts = self._judge.judge(item.spans)
@@ -272,6 +299,8 @@ class Server:
                 counters.add("traces_forwarded_unjudged")
                 self.log.event("internal_error", where="judge", error=repr(exc)[:300])
                 continue
+            if verdicts.partial and self._buffer.first_partial(item.trace_id):
+                self._partial("missing_parent", len(item.spans))
             if item.outcome != "judge" and not verdicts.judged:
                 counters.add("traces_forwarded_unjudged")
             counters.add("traces_judged", verdicts.judged)

@@ -24,6 +24,7 @@ Counter = Literal[
     "traces_already_annotated",
     "traces_evicted",
     "spans_evicted",
+    "traces_partial",
     "spans_forwarded",
     "spans_dropped",
     "spans_truncated",
@@ -54,7 +55,9 @@ Counter = Literal[
 - ``traces_judged``, ``traces_not_requests`` (the root is not a request of the budget file),
   ``traces_forwarded_unjudged`` (the root never arrived, or shutdown came first),
   ``traces_already_annotated`` (judged in process: forwarded untouched),
-  ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
+  ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged),
+  ``traces_partial`` (judged or forwarded here on part of its spans: a parent missing, spans
+  after the decision, no root; marked, once per trace; see :mod:`.partial`);
 - ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop refused them
   for good, or, without a write-ahead log, the shutdown deadline came first),
   ``spans_truncated`` (a span alone over ``--forward-batch-bytes``: its attribute values cut

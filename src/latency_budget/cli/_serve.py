@@ -93,7 +93,13 @@ def run(args: argparse.Namespace) -> int:
 
     # The exporters log every failed attempt; the server logs the next hop going down and up once.
     logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
-    sinks, flush = open_report_sinks(target, metric_interval_s=metric_interval) if reports == "otlp" else ([], None)
+    sinks, flush = (
+        open_report_sinks(
+            target, metric_interval_s=metric_interval, partial_in_metrics=values["partial-in-metrics"] == "yes"
+        )
+        if reports == "otlp"
+        else ([], None)
+    )
     try:
         server = Server(
             config, options, open_sender(target), destination=target.describe("traces"), sinks=sinks, flush_sinks=flush
