@@ -540,7 +540,7 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     A trace is split when its spans reached two instances. It was split by the scale-up
     when its root reached the added instance, by the scale-down when its children did.
     The traces open at a change are those whose children were sent before the Collector
-    applied it and whose root after the slice was written: the share is of those.
+    was seen to apply it and whose root after: the share is of those.
     """
     traces = result["traces"]
     counts = Counter((trace_id, span_id) for trace_id, span_id, _, _ in result["received"])
@@ -557,8 +557,8 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
     children_at, root_at = result["children_at"], result["root_at"]
     per_event = {}
     for name, event in result["events"].items():
-        before, after = event["applied"], event["written"]
-        open_then = [t for t in range(1, traces + 1) if children_at[t - 1] < before and root_at[t - 1] > after]
+        applied = event["applied"]
+        open_then = [t for t in range(1, traces + 1) if children_at[t - 1] < applied < root_at[t - 1]]
         per_event[name] = {
             "open": len(open_then),
             "split": len(by_event[name]),

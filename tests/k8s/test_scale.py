@@ -107,3 +107,27 @@ def test_split_traces_are_judged_on_part_and_counted(scale_run: dict[str, Any]) 
     assert summary["traces_forwarded_unjudged"] == len(split)
     whole = [root for root in roots if root["trace"] not in split]
     assert all(root["attributes"].get(PARTIAL) is not True for root in whole)
+
+
+def test_every_split_trace_is_marked_partial_and_counted_once(scale_run: dict[str, Any]) -> None:
+    """Each split trace's rootless part has its top spans marked no_root and is counted once; no whole trace is."""
+    summary = summarise(scale_run)
+    split = summary["split_traces"]
+
+    assert summary["split_marked"] == len(split)
+    assert summary["whole_marked"] == 0
+    assert summary["marks_by_reason"] == {"no_root": (scale_run["spans_per_trace"] - 1) * len(split)}
+    assert summary["traces_partial_counted"] == len(split)
+
+
+@pytest.mark.xfail(
+    reason="a root that went alone to another instance has no sign of the children left behind "
+    "(_serve/partial.py): its verdict, on part of the trace, is not marked",
+    raises=AssertionError,  # a run that did not happen is an error, not this known gap
+    strict=True,
+)
+def test_the_root_of_a_split_trace_is_marked_partial(scale_run: dict[str, Any]) -> None:
+    """The judged root of each split trace carries latency_budget.partial (it was judged on part of its spans)."""
+    summary = summarise(scale_run)
+
+    assert summary["split_roots_marked"] == summary["traces_split"]
