@@ -256,3 +256,23 @@ def test_serve_starts_with_the_chart_arguments_and_environment(
     assert listening["grpc"] == f"{LOOPBACK}:{grpc_port}"
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in endpoints
     assert (tmp_path / "wal").is_dir()
+
+
+@pytest.mark.parametrize("interval", ["10", "off"])
+def test_the_budget_file_reaches_serve_live_unless_reload_is_off(render: Render, interval: str, tmp_path: Path) -> None:
+    """The ConfigMap is mounted as a directory (no subPath); a checksum rolls the pods only with reload off."""
+    values = tmp_path / "values.yaml"
+    values.write_text(f"serve:\n  reloadInterval: {interval}\n", encoding="utf-8")
+    objects = render(values)
+    template = _one(objects, "StatefulSet")["spec"]["template"]
+    container = _serve_container(objects)
+    args = container["args"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "budgets"]
+    (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "budgets"]
+
+    assert "subPath" not in mount  # a subPath file is never updated in the container
+    assert args[args.index("--budgets") + 1] == mount["mountPath"] + "/budgets.yaml"
+    assert volume["configMap"]["name"] == _one(objects, "ConfigMap", "-budgets")["metadata"]["name"]
+    assert args[args.index("--reload-interval") + 1] == interval
+    rolls = "checksum/budgets" in template["metadata"].get("annotations", {})
+    assert rolls == (interval == "off")

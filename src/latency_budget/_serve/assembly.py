@@ -98,6 +98,11 @@ class TraceBuffer:
         self._bytes = 0
         self._spans = 0
 
+    def open_ids(self) -> list[int]:
+        """The ids of the traces held now."""
+        with self._lock:
+            return list(self._open)
+
     def held(self) -> tuple[int, int, int]:
         """Open traces, spans and bytes held now."""
         with self._lock:

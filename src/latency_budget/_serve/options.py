@@ -30,6 +30,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def interval_or_off(text: str) -> float | None:
+    """At least a second, or ``off``."""
+    if text.lower() == "off":
+        return None
+    value = seconds(text)
+    if value < 1:
+        raise ValueError(f"expected at least 1 second, or off, got {text!r}")
+    return value
+
+
 def count(text: str) -> int:
     """A positive whole number."""
     if not text.isdigit() or int(text) < 1:
@@ -101,6 +111,11 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("budgets", "FILE", text, None, "(required)", "the budget YAML file", "the budget file", None,
            short="-b"),
+    Option("reload-interval", "SECONDS|off", interval_or_off, 10.0, "10",
+           "check the budget file for changes this often (at least 1); off: read at the start only",
+           "how often the budget file is checked for changes; a changed file that loads is used for the traces "
+           "judged from then on, a broken one keeps the last good ([Live reload](#live-reload)); `off`: read at "
+           "the start only", None),
     Option("grpc-endpoint", "HOST:PORT", endpoint, "localhost:4317", "`localhost:4317`",
            "OTLP/gRPC listen address; port 0: any", "OTLP/gRPC; port 0 picks a free port", "grpc_endpoint"),
     Option("http-endpoint", "HOST:PORT", endpoint_or_none, "localhost:4318", "`localhost:4318`",

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from latency_budget import _attributes as attr
+from latency_budget._config.errors import BudgetConfigError
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
@@ -34,7 +35,7 @@ from latency_budget._serve.http_receiver import (
 )
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import BadRequest, decode_request
+from latency_budget._serve.otlp import BadRequest, decode_in_full, decode_request
 from latency_budget._serve.partial import PartialReason, mark, mark_tops
 from latency_budget._serve.stats import Counters, EventLog
 from latency_budget._serve.wal import Wal, WalOptions
@@ -161,6 +162,28 @@ class Server:
         self.log.event("listening", always=True, **fields)
         return fields
 
+    def reload(self, config: BudgetConfig, source: str = "") -> None:
+        """Judge with ``config`` from now on (its budget file changed), the traces held now included.
+
+        Spans already held that the old budgets had no need to decode (a rule of the new
+        file reads a key the old did not) are decoded again before their trace is judged.
+        """
+        wanted = _wanted_keys(config, self.options)
+        with self._decide_lock:  # between two traces: each is judged under one budget file
+            self._intake.use_wanted(wanted, self._buffer.open_ids)
+            self._wanted = wanted
+            self._judge.config = config
+        self.counters.add("budget_reloads")
+        self.log.event("budgets_reloaded", always=True, file=source or config.source)
+
+    def reload_failed(self, error: Exception) -> None:
+        """A changed budget file that cannot be used: the last good one stays; one line for this version."""
+        self.counters.add("budget_reloads_failed")
+        fields: dict[str, object] = {"error": str(error)}
+        if isinstance(error, BudgetConfigError):
+            fields = {"file": error.source, "line": error.line, "key": error.path, **fields}
+        self.log.event("budget_reload_failed", always=True, action="kept the last good budgets", **fields)
+
     def drain(self) -> bool:
         """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
         deadline = self._clock() + self.options.shutdown_timeout_s
@@ -241,6 +264,7 @@ class Server:
     def _leave(self, decided: list[Decided]) -> None:
         """Late spans and evicted traces, on the receiving thread: forwarded as they are."""
         for item in decided:
+            self._intake.stale(item.trace_id)  # never judged: no longer stale
             if item.outcome == "evicted":
                 self.counters.add("traces_evicted")
                 self.counters.add("spans_evicted", len(item.spans))
@@ -289,11 +313,15 @@ class Server:
         # With --roots local a trace whose root never came still has its services' local roots.
         local = self.options.roots == "local"
         for item in decided:
+            stale = self._intake.stale(item.trace_id)  # held across a reload that reads more keys
             if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
                 self._mark_partial(item)
                 continue
             try:
+                if stale:
+                    for received in item.spans:
+                        decode_in_full(received)
                 verdicts = self._judge.judge(item.spans)
             except Exception as exc:  # forwarded unjudged: the worst case is a span without a verdict
                 counters.add("traces_forwarded_unjudged")

@@ -32,6 +32,8 @@ Counter = Literal[
     "spans_kept_in_wal",
     "forward_batches_split",
     "reports_failed",
+    "budget_reloads",
+    "budget_reloads_failed",
     "http_clients_gone",
     "http_connections_evicted",
     "wal_requests_replayed",
@@ -66,6 +68,8 @@ Counter = Literal[
   taken by the next hop by the shutdown deadline: left in the write-ahead log for the next
   run), ``forward_batches_split`` (requests the next hop refused as too large, sent again
   in halves), ``reports_failed`` (a log or metric sink raised);
+- ``budget_reloads`` (a changed budget file taken: traces judged from then on use it),
+  ``budget_reloads_failed`` (a changed budget file that does not load: the last good one stays);
 - the HTTP receivers: ``http_clients_gone`` (a client reset or closed its connection
   mid-request, or stopped reading the answer), ``http_connections_evicted`` (the connection
   that waited longest for its request, closed at the connection limit to make room);
