@@ -3,13 +3,14 @@
 Run by tests/k8s/test_scale.py, or by hand (as root, or where unprivileged user namespaces
 are allowed) to repeat the figures of docs/kubernetes.md, "What a scale event costs"::
 
-    unshare --map-root-user --net --mount python3 -m tests.k8s.scale
+    python3 -m tests.k8s.scale [--seed N] [--set KEY=VALUE]
 
-The API server refuses loopback addresses in EndpointSlices, so the instances listen on
-addresses of 10.250.0.0/24, given to the namespace's own ``lo``. This module refuses to
-run anywhere but in a fresh network namespace (only ``lo``), so nothing of the host's
-network is touched, and it makes its ``/etc/hosts`` (the pods' names, for the resolver's
-``return_hostnames``) in its own mount namespace.
+It runs itself again under ``unshare --map-root-user --net --mount``: a network namespace
+and a mount namespace of its own. The API server refuses loopback addresses in
+EndpointSlices, so the instances listen on addresses of 10.250.0.0/24, given to that
+namespace's own ``lo``, and its ``/etc/hosts`` (the pods' names, for the resolver's
+``return_hostnames``) is bind-mounted in that mount namespace only. Inside, it checks
+again that ``lo`` is the only link, so nothing of the host's network is touched.
 
 Everything is real and from the chart, rendered by real helm: a real etcd and
 kube-apiserver; the chart's Namespace objects (the Collector's ServiceAccount, Role and
@@ -91,6 +92,8 @@ VALUES = {
     "jaeger": {"enabled": False},
 }
 PARTIAL = "latency_budget.partial"
+NAMESPACES = ["--map-root-user", "--net", "--mount"]  # unshare's: a user, network and mount namespace
+INSIDE = "LATENCY_BUDGET_SCALE_NAMESPACED"  # set when this module runs itself inside them
 
 
 def _pod(index: int) -> str:
@@ -107,7 +110,7 @@ def own_network_namespace() -> None:
     links = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True, text=True).stdout
     names = [line.split(":")[1].strip() for line in links.splitlines() if line.strip()]
     if names != ["lo"]:
-        raise SystemExit(f"not in a network namespace of its own (links: {names}): run under `unshare --net --mount`")
+        raise SystemExit(f"not in a network namespace of its own (links: {names})")
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     for address in [*SERVE_IPS, COLLECTOR_IP]:
         subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", "lo"], check=True)
@@ -609,6 +612,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = parser.parse_args(argv)
+    if os.environ.get(INSIDE) != "1":
+        unshare = shutil.which("unshare")
+        if unshare is None:
+            raise SystemExit("unshare (util-linux) is not on PATH")
+        rest = sys.argv[1:] if argv is None else argv
+        command = [unshare, *NAMESPACES, sys.executable, "-m", "tests.k8s.scale", *rest]
+        os.execve(unshare, command, {**os.environ, INSIDE: "1"})
     own_network_namespace()
     work = Path(tempfile.mkdtemp(prefix="latency-budget-scale-"))
     try:

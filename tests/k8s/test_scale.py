@@ -1,7 +1,7 @@
 """A real scale event, 2 -> 3 -> 2 instances, against a real API server, Collector and ``serve``.
 
-tests/k8s/scale.py runs in a network namespace of its own (``unshare --map-root-user
---net --mount``): a real etcd and kube-apiserver, the chart's ServiceAccount, Role,
+tests/k8s/scale.py runs in a network namespace of its own (it runs itself under
+``unshare --map-root-user --net --mount``): a real etcd and kube-apiserver, the chart's ServiceAccount, Role,
 RoleBinding and headless Service created for real, the built Collector with the chart's
 config and its ``k8s`` resolver (a token of that ServiceAccount), three ``serve`` processes
 with the StatefulSet's arguments, and an EndpointSlice written as the controller writes it:
@@ -24,9 +24,8 @@ from ..binaries import require_program
 from ..ci import skip_or_fail_in_ci
 from ..e2e.services import _with_parent_death_signal
 from .conftest import REPO, built_tool
-from .scale import ADDED, PARTIAL, judged_whole, summarise
+from .scale import ADDED, NAMESPACES, PARTIAL, judged_whole, summarise
 
-UNSHARE = ["--map-root-user", "--net", "--mount"]
 RUN_TIMEOUT_S = 300.0  # about 40 s when idle
 
 
@@ -37,11 +36,11 @@ def scale_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         built_tool(tool)
     unshare = require_program("unshare", install="Debian's util-linux")
     require_program("ip", install="Debian's iproute2")
-    probe = subprocess.run([unshare, *UNSHARE, "true"], capture_output=True, text=True, check=False)
+    probe = subprocess.run([unshare, *NAMESPACES, "true"], capture_output=True, text=True, check=False)
     if probe.returncode != 0:
         skip_or_fail_in_ci(f"cannot make a network namespace here (unshare: {probe.stderr.strip()})")
     out = tmp_path_factory.mktemp("scale") / "result.json"
-    argv = [unshare, *UNSHARE, sys.executable, "-m", "tests.k8s.scale", "--out", str(out)]
+    argv = [sys.executable, "-m", "tests.k8s.scale", "--out", str(out)]  # it runs itself under unshare
     done = subprocess.run(
         _with_parent_death_signal(argv),
         cwd=REPO,
