@@ -213,7 +213,9 @@ class EndpointSlice:
                 {
                     "addresses": [SERVE_IPS[index]],
                     "hostname": _pod(index),
-                    "conditions": {"ready": ready, "serving": ready, "terminating": terminating},
+                    # A terminating pod still passing its readiness probe (preStop runs before
+                    # SIGTERM) is serving but not ready: the resolver takes ready only.
+                    "conditions": {"ready": ready, "serving": ready or terminating, "terminating": terminating},
                 }
                 for index, (ready, terminating) in sorted(self.endpoints.items())
             ],
