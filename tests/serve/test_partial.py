@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from opentelemetry.sdk.trace import ReadableSpan
@@ -13,7 +16,8 @@ from opentelemetry.trace import SpanKind, Tracer
 
 from latency_budget import _attributes as attr
 from latency_budget._serve.assembly import Limits
-from latency_budget._serve.otlp import attributes_of
+from latency_budget._serve.otlp import Received, attributes_of
+from latency_budget._serve.partial import gaps
 
 from .harness import NextHop, at, record, running, send_grpc
 from .test_judging import BUDGETS, agent_trace
@@ -162,3 +166,14 @@ def test_spans_after_the_decision_are_marked_late_and_the_trace_counted_once(hop
         assert forwarded[_key(span)][attr.PARTIAL_REASON] == "late_spans"
         assert forwarded[_key(span)][attr.PARTIAL] is True
     assert attr.PARTIAL not in forwarded[_key(root)]  # it left before them, judged on what it had
+
+
+@given(st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=30), st.data())
+def test_gaps_are_the_spans_whose_parent_did_not_arrive(parents: list[int], data: st.DataObject) -> None:
+    """On a random tree with random spans gone, gaps() is each span whose parent is among the gone, and only those."""
+    # Span n + 1's parent is a span before it (parents[n] % (n + 1), 0 meaning none): a tree rooted at span 1.
+    tree = {n + 1: (parents[n] % (n + 1)) or None for n in range(len(parents))}
+    gone = data.draw(st.sets(st.sampled_from(sorted(tree))))
+    arrived = [SimpleNamespace(span_id=span, parent_id=parent) for span, parent in tree.items() if span not in gone]
+    expected = {item.span_id for item in arrived if item.parent_id is not None and item.parent_id in gone}
+    assert gaps(cast("list[Received]", arrived)) == expected

@@ -23,6 +23,7 @@ by at least one of them, once per instance that saw a part of it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Literal, get_args
 
 from opentelemetry.util.types import AttributeValue
@@ -36,10 +37,21 @@ PartialReason = Literal["missing_parent", "late_spans", "no_root"]
 PARTIAL_REASONS: tuple[PartialReason, ...] = get_args(PartialReason)
 
 
+_SPAN_ID = attrgetter("span_id")
+_PARENT_ID = attrgetter("parent_id")
+
+
 def gaps(spans: Sequence[Received]) -> set[int]:
-    """The ids of the spans whose parent is not among ``spans`` (a parentless span has none)."""
-    ids = {item.span_id for item in spans}
-    return {item.span_id for item in spans if item.parent_id is not None and item.parent_id not in ids}
+    """The ids of the spans whose parent is not among ``spans`` (a parentless span has none).
+
+    Run on every judged trace: the common case (nothing missing) is two sets built in C.
+    """
+    missing = set(map(_PARENT_ID, spans))
+    missing.difference_update(map(_SPAN_ID, spans))
+    missing.discard(None)
+    if not missing:
+        return set()
+    return {item.span_id for item in spans if item.parent_id in missing}
 
 
 def marks(reason: PartialReason) -> dict[str, AttributeValue]:
