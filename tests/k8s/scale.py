@@ -105,8 +105,8 @@ def _hostname(index: int) -> str:
     return f"{_pod(index)}.{SERVICE}.{NAMESPACE}"
 
 
-def own_network_namespace() -> None:
-    """Give this (fresh) network namespace its addresses and this mount namespace its /etc/hosts."""
+def own_network_namespace(work: Path) -> None:
+    """Give this (fresh) network namespace its addresses and this mount namespace its /etc/hosts (kept in ``work``)."""
     links = subprocess.run(["ip", "-o", "link", "show"], check=True, capture_output=True, text=True).stdout
     names = [line.split(":")[1].strip() for line in links.splitlines() if line.strip()]
     if names != ["lo"]:
@@ -114,7 +114,7 @@ def own_network_namespace() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     for address in [*SERVE_IPS, COLLECTOR_IP]:
         subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", "lo"], check=True)
-    hosts = Path(tempfile.mkdtemp(prefix="scale-hosts-")) / "hosts"
+    hosts = work / "hosts"
     lines = ["127.0.0.1 localhost", *(f"{ip} {_hostname(i)}" for i, ip in enumerate(SERVE_IPS))]
     hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
@@ -621,9 +621,9 @@ def main(argv: list[str] | None = None) -> int:
         rest = sys.argv[1:] if argv is None else argv
         command = [unshare, *NAMESPACES, sys.executable, "-m", "tests.k8s.scale", *rest]
         os.execve(unshare, command, {**os.environ, INSIDE: "1"})
-    own_network_namespace()
     work = Path(tempfile.mkdtemp(prefix="latency-budget-scale-"))
     try:
+        own_network_namespace(work)
         seed = args.seed if args.seed is not None else random.SystemRandom().getrandbits(32)
         result = run(args.traces, work, seed=seed, overrides=args.set)
     except BaseException:
