@@ -14,9 +14,11 @@ model, a :class:`~latency_budget._core.quality.QualityStats` (:class:`QualityTal
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from opentelemetry.trace import StatusCode
 
 from latency_budget._config.genai_defaults import (
     CALL_KEYS,
@@ -33,15 +35,19 @@ __all__ = [
     "GUARDRAIL_KEYS",
     "MAX_EVALUATION_NAMES",
     "MAX_NAME_CHARS",
+    "QUALITY_GATE",
     "RESPONSE_ID_KEYS",
     "Judged",
     "QualityTally",
     "RecordingQuality",
+    "SpanQuality",
     "call_quality",
     "evaluation_of",
     "guardrail_decision",
     "joined",
     "judged_answers",
+    "response_id",
+    "span_quality",
 ]
 
 MAX_EVALUATION_NAMES = 16  # evaluations kept per stage and model; further names are counted, not kept
@@ -56,6 +62,8 @@ GUARDRAIL_KEYS: frozenset[str] = frozenset(s.key for s in GUARDRAIL_SPELLINGS)
 RESPONSE_ID_KEYS: tuple[str, ...] = tuple(
     dict.fromkeys(s.response_id_key for s in EVALUATION_SPELLINGS if s.response_id_key is not None)
 )
+# A span with none of these keys is no model call and no guardrail decision: not read (one set operation).
+QUALITY_GATE: frozenset[str] = frozenset((*CALL_KEYS.model, *GUARDRAIL_KEYS))
 _FINISH_KEYS = CALL_KEYS.finish_reasons
 _QUALITY_REASONS = CUT_FINISH_REASONS | REFUSED_FINISH_REASONS
 
@@ -152,6 +160,56 @@ def call_quality(
     return CallQuality(tuple(evaluations), error, None, cut, refused)
 
 
+# What a request's stage spans said of quality (TraceState.quality): model calls' CallQuality by
+# span id, and the guardrail decisions on answers as (start ns, end ns, flagged).
+SpanQuality = tuple[dict[int, CallQuality], list[tuple[int, int, bool]]]
+
+
+def span_quality(
+    found: SpanQuality | None,
+    span_id: int,
+    start: int,
+    end: int,
+    attributes: Mapping[str, object],
+    read_events: Callable[[Any], Iterable[_Event]],
+    source: object,
+) -> SpanQuality | None:
+    """``found`` with what one ended stage span says of quality: a guardrail's decision, or a model call's
+    evaluation events, ERROR status and finish reasons (``source`` is the span, its events read by
+    ``read_events``: an SDK span live, a recorded span in replay). Made when something is found."""
+    if not GUARDRAIL_KEYS.isdisjoint(attributes):
+        decision = guardrail_decision(attributes)
+        if decision is not None:
+            if found is None:
+                found = ({}, [])
+            found[1].append((start, end, decision))
+            return found
+    quality = call_quality(attributes, read_events(source), error=_errored(source))
+    if quality is None:
+        return found
+    if found is None:
+        found = ({}, [])
+    found[0][span_id] = quality
+    return found
+
+
+def _errored(source: object) -> bool:
+    """Whether a span's status is ERROR: an SDK span's ``status``, a recorded span's ``error``."""
+    status = getattr(source, "status", None)
+    if status is not None:
+        return getattr(status, "status_code", None) is StatusCode.ERROR
+    return getattr(source, "error", False) is True
+
+
+def response_id(attributes: Mapping[str, object]) -> str | None:
+    """The id of the answer a call span records (``gen_ai.response.id``), joining evaluations that name no span."""
+    for key in RESPONSE_ID_KEYS:
+        found = attributes.get(key)
+        if found.__class__ is str and found:
+            return found
+    return None
+
+
 def joined(
     quality: CallQuality | None, evaluations: Sequence[Evaluation] = (), blocked: bool | None = None
 ) -> CallQuality | None:
@@ -245,12 +303,14 @@ class QualityTally:
             kept[evaluation.name] = scores.add(evaluation.score)
             self.evidence = max(self.evidence, 1)
 
-    def stats(self) -> QualityStats | None:
-        """The figures; ``None`` when no call had any evidence (evaluation, judgement, error, finish reason)."""
-        if not self.evidence or not self.calls:
+    def stats(self, calls: int | None = None) -> QualityStats | None:
+        """The figures (of ``calls`` calls, when the calls are counted elsewhere); ``None`` when no call had
+        any evidence (evaluation, judgement, error, finish reason)."""
+        calls = self.calls if calls is None else calls
+        if not self.evidence or not calls:
             return None
         return QualityStats(
-            self.calls,
+            calls,
             dict(self.evaluations),
             self.errors,
             self.guarded,
@@ -258,15 +318,6 @@ class QualityTally:
             self.cut,
             self.refused,
         )
-
-
-class _Span(Protocol):
-    @property
-    def attributes(self) -> Mapping[str, object]: ...
-    @property
-    def events(self) -> Sequence[_Event]: ...
-    @property
-    def error(self) -> bool: ...
 
 
 class _Call(Judged, Protocol):
@@ -293,35 +344,21 @@ class RecordingQuality:
         self,
         trace_id: int,
         calls: Sequence[_Call],
-        stage_spans: Iterable[tuple[int, int, int, Mapping[str, object]]],
-        spans: Mapping[int, _Span],
+        found: SpanQuality | None,
+        attributes: Mapping[int, Mapping[str, object]],
     ) -> None:
-        """Set the quality of a judged request's ``calls`` from their spans and the request's guardrail spans.
-
-        ``stage_spans`` are ``(span id, start, end, attributes)`` of the request's stage
-        spans (a guardrail among them judges the nearest model call before it); ``spans``
-        the recorded spans by id, for a call's events and error status.
-        """
-        guardrails = []
-        for _, start, end, attributes in stage_spans:
-            if not GUARDRAIL_KEYS.isdisjoint(attributes):
-                decision = guardrail_decision(attributes)
-                if decision is not None:
-                    guardrails.append((start, end, decision))
+        """Set the quality of a judged request's ``calls`` from what its stage spans said (``found``,
+        ``TraceState.quality``); ``attributes`` (the stage spans' by span id) give the response ids."""
+        qualities, guardrails = found if found is not None else ({}, [])
         judged = judged_answers(guardrails, calls) if guardrails else {}
         for call in calls:
             if call.model is None:
                 continue
-            span = spans.get(call.span_id)
-            quality = call_quality(span.attributes, span.events, error=span.error) if span is not None else None
-            call.quality = joined(quality, blocked=judged.get(call.span_id))
+            call.quality = joined(qualities.get(call.span_id), blocked=judged.get(call.span_id))
             self._by_span[(trace_id, call.span_id)] = call
-            if span is not None:
-                for key in RESPONSE_ID_KEYS:
-                    response = span.attributes.get(key)
-                    if response.__class__ is str and response:
-                        self._by_response.setdefault(response, call)
-                        break
+            response = response_id(attributes.get(call.span_id, {}))
+            if response is not None:
+                self._by_response.setdefault(response, call)
 
     def add_log_record(
         self, event: str, attributes: Mapping[str, object], trace_id: int | None, span_id: int | None

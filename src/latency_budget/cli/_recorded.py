@@ -281,11 +281,8 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
         labels = _Labels(config, restage)
         judged = judge_roots(config, labels.apply(traces.spans))
         if levers:
-            by_trace: dict[int, dict[int, SpanRecord]] = {}
-            for span in traces.spans:
-                by_trace.setdefault(span.trace_id, {})[span.span_id] = span
             for found in judged:
-                _read_quality(quality, found, by_trace.get(found.report.trace_id or 0, {}).get)
+                _read_quality(quality, found)
         reports = [found.report for found in judged]
         labels.warn(traces.source_label)
     else:
@@ -320,14 +317,12 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
     return Recorded(config, label, traces, reports, summary, quality)
 
 
-def _read_quality(quality: RecordingQuality, found: JudgedRoot, span_of: Callable[[int], SpanRecord | None]) -> None:
-    """Set the quality of a judged request's model calls from their spans and its guardrail spans."""
+def _read_quality(quality: RecordingQuality, found: JudgedRoot) -> None:
+    """Set the quality of a judged request's model calls from what its stage spans said when recorded."""
     calls = found.report.calls
-    if not calls:
-        return
-    spans = {call.span_id: span for call in calls if call.model is not None and (span := span_of(call.span_id))}
-    stage_spans = [(raw[0], raw[2], raw[3], raw[5]) for raw in found.state.calls]
-    quality.read_request(found.report.trace_id or 0, calls, stage_spans, spans)
+    if calls:
+        attributes = {raw[0]: raw[5] for raw in found.state.calls}
+        quality.read_request(found.report.trace_id or 0, calls, found.state.quality, attributes)
 
 
 def _read_logs(args: argparse.Namespace, quality: RecordingQuality) -> None:
@@ -401,14 +396,11 @@ def _judge_files(
         nonlocal spans, slowest
         spans += len(records)
         records = labels.apply(records)
-        by_id: dict[int, SpanRecord] | None = None
         for found in judge_roots(config, records):
             root, report = found.root, found.report
             report.calls = tuple(report.calls) if levers else ()
-            if quality is not None and report.calls:
-                if by_id is None:
-                    by_id = {record.span_id: record for record in records}
-                _read_quality(quality, found, by_id.get)
+            if quality is not None:
+                _read_quality(quality, found)
             key = (root.start_ns, root.trace_id, root.span_id)
             judged.append((*key, report))
             total = report.total_actual_ms
