@@ -321,3 +321,27 @@ def test_the_log_processor_never_raises_and_bounds_what_waits() -> None:
         )
     assert p.processor._recent.unjoined == 5
     assert processor.force_flush() is True
+
+
+def test_a_guardrails_ai_validator_that_failed_blocks_the_answer_before_it() -> None:
+    """guardrails-ai's validator span shape (read from its source): outcome `fail` flags, `pass` passes."""
+    p = pipeline(BUDGETS)
+    for n, outcome in enumerate(("fail", "pass", "pass", "fail")):
+        root = p.start(f"request {n}", n * 1000.0)
+        p.run("chat", n * 1000.0 + 10, n * 1000.0 + 300, parent=root, attributes=_chat("gpt-4o"))
+        p.run(
+            "ToxicLanguage.validate",
+            n * 1000.0 + 310,
+            n * 1000.0 + 330,
+            parent=root,
+            attributes={
+                "openinference.span.kind": "GUARDRAIL",
+                "type": "guardrails/guard/step/validator",
+                "validator.name": "ToxicLanguage",
+                "validator.validate.output.outcome": outcome,
+            },
+        )
+        root.end(end_time=at(n * 1000.0 + 400))
+    stats = p.processor._recent.quality("model_call", "gpt-4o")
+    assert stats is not None
+    assert (stats.guarded, stats.blocked) == (4, 2)
