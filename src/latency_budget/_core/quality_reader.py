@@ -332,8 +332,8 @@ class RecordingQuality:
     records joined at the end, whichever came first.
 
     Holds a reference to each model call read (the reports hold them anyway) and the
-    evaluations of log records until :meth:`join`; ``late`` counts the log records that
-    named no call of the recording.
+    evaluations of log records until :meth:`join`; ``unjoined`` counts the results that
+    named no call of the recording (by trace and span id, or, naming no span, by response id).
     """
 
     def __init__(self) -> None:
