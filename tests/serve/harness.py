@@ -238,13 +238,9 @@ def running(
 ) -> Iterator[Running]:
     """A started server forwarding to ``next_hop_url`` (with ``reports``, its logs and metrics too); drained after."""
     log = io.StringIO()
-    settings = ServeOptions(
-        grpc_endpoint="127.0.0.1:0",
-        http_endpoint="127.0.0.1:0",
-        health_endpoint="127.0.0.1:0",
-        limits=limits or Limits(decision_wait_s=0.05, max_wait_s=30.0),
-        **options,
-    )
+    endpoints = {"grpc_endpoint": "127.0.0.1:0", "http_endpoint": "127.0.0.1:0", "health_endpoint": "127.0.0.1:0"}
+    settings = ServeOptions(limits=limits or Limits(decision_wait_s=0.05, max_wait_s=30.0), **{**endpoints, **options})
+    handover = settings.handover_endpoint
     target = otlp_target(next_hop_url, "grpc", strict=True)
     sinks = open_report_sinks(target, partial_in_metrics=partial_in_metrics) if reports else None
     server = Server(
@@ -256,6 +252,8 @@ def running(
         sinks=sinks.sinks if sinks is not None else (),
         flush_sinks=sinks.flush if sinks is not None else None,
         metric_bank=sinks.bank if sinks is not None else None,
+        handover=open_sender(otlp_target(handover, "grpc", strict=True)) if handover is not None else None,
+        handover_destination=handover or "",
     )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)
