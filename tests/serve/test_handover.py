@@ -10,6 +10,7 @@ between them is tests/e2e/test_collector_tier_crash.py's backend_added case.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -17,6 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from latency_budget import _attributes as attr
 from latency_budget._serve.assembly import Limits
 from latency_budget._serve.otlp import attributes_of
+from latency_budget._serve.wal import WalOptions
 from tests.e2e.services import free_ports
 
 from .harness import NextHop, record, running, send_grpc
@@ -94,3 +96,37 @@ def test_drain_hands_open_rootless_parts_to_the_owner_which_judges_the_trace_who
     assert root_attributes["latency_budget.stages.model_call.actual_ms"] == 240.0
     assert not any(attr.PARTIAL in attributes for _, attributes in forwarded)
     assert _trace_durations(hop) == [(1, 400.0)]  # the budget metrics count it, with its whole duration
+
+
+def test_a_handed_over_part_leaves_the_log_only_once_layer_1_took_it(hop: NextHop, tmp_path: Path) -> None:
+    """Layer 1 down until the drain's deadline: the part stays in the log, and is handed over after the restart."""
+    children = [s for s in record(agent_trace) if s.parent is not None]
+    layer_1 = NextHop()
+    layer_1.stop()  # down: the handover retries until the deadline
+    wal = WalOptions(directory=str(tmp_path / "wal"))
+    limits = Limits(decision_wait_s=0.05, max_wait_s=60.0)
+    options = {"limits": limits, "wal": wal, "handover_endpoint": layer_1.url, "shutdown_timeout_s": 1.0}
+    try:
+        with running(BUDGETS, hop.url, **options) as first:
+            assert send_grpc(children, first.grpc_endpoint).name == "SUCCESS"
+            first.wait_for(lambda c: c["traces_handed_over"] == 1, "the part on its way to layer 1")
+        kept = first.server.counters.snapshot()
+        layer_1.start()
+        with running(BUDGETS, hop.url, **options) as second:
+            second.wait_for(lambda c: c["spans_handed_over"] == 3, "the replayed part handed over")
+        again = second.server.counters.snapshot()
+        with running(BUDGETS, hop.url, **options) as third:
+            replayed = third.counters()
+    finally:
+        layer_1.stop()
+
+    assert kept["spans_handed_over"] == 0
+    assert kept["spans_kept_in_wal"] == 3
+    assert again["wal_spans_replayed"] == 3
+    assert again["spans_kept_in_wal"] == 0
+    assert replayed["wal_spans_replayed"] == 0  # settled once layer 1 took it
+    handed = sorted(
+        (int.from_bytes(span.trace_id, "big"), int.from_bytes(span.span_id, "big")) for _, _, span in layer_1.spans()
+    )
+    assert handed == sorted(_key(s) for s in children)  # each once
+    assert hop.spans() == []  # nothing of it went to the next hop unjudged
