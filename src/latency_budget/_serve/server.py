@@ -233,9 +233,20 @@ class Server:
         self._decider.join(max(0.0, deadline - self._clock()))
         with self._decide_lock:
             self._decide(self._buffer.drain())
-        # The handover first: the main forwarder goes on sending meanwhile, on its own threads.
-        left = self._handover.close(deadline - 0.2, kept=self._wal is not None) if self._handover is not None else 0
-        left += self._forwarder.close(deadline - 0.2, kept=self._wal is not None)
+        kept = self._wal is not None
+        handover_left: list[int] = []
+        closing = None
+        if self._handover is not None:  # both close at once: layer 1 down must not eat the next hop's time
+            handover = self._handover
+            closing = threading.Thread(
+                target=lambda: handover_left.append(handover.close(deadline - 0.2, kept=kept)),
+                name="latency-budget-handover-close",
+            )
+            closing.start()
+        left = self._forwarder.close(deadline - 0.2, kept=kept)
+        if closing is not None:
+            closing.join()
+            left += sum(handover_left)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
         if self._wal is not None:
