@@ -17,7 +17,9 @@ traces later, for several seconds.
   ``traces_forwarded_unjudged`` and ``traces_partial``, its spans marked
   ``latency_budget.partial.reason=no_root``. With it (pointing at the tier Collector) the
   rootless part goes back through the Collector to the root's instance, and every trace
-  is judged whole (docs/collector-tier.md, "Durability", "Partial traces", "Handover").
+  is judged whole (docs/collector-tier.md, "Durability", "Partial traces", "Handover"):
+  the budget metrics the instances flush at their drain count every trace's model calls
+  in full (90 x 240 ms), where without it the split roots are counted on their own part.
 
 Waiting is polling the health counters and the receiver, with generous deadlines; the
 sender paces its requests (it is the traffic, not a synchronisation).
@@ -37,6 +39,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from latency_budget import _attributes as attr
 from latency_budget._serve.otlp import attributes_of
 from tests.serve.harness import NextHop, record
 from tests.serve.test_command import BUDGET_FILE
@@ -85,11 +88,13 @@ def _start_tier(
     routed: int,
     max_wait: str,
     handover: bool = False,
+    reports: bool = False,
 ) -> Tier:
     """Three serves with their logs; the tier Collector routing to the first ``routed`` of them.
 
     ``handover``: each serve's ``--handover-endpoint`` is the Collector's OTLP/gRPC address,
     which stays the same when the Collector is restarted (:attr:`Tier.grpc_port`).
+    ``reports``: the budget metrics go to ``hop`` too, each instance its own resource.
     """
     (grpc_port,) = free_ports(1)
     budgets = tmp_path / "budgets.yaml"
@@ -103,8 +108,10 @@ def _start_tier(
                 name=f"serve-{index}",
                 budgets=budgets,
                 forward_endpoint=hop.url,
+                extra_env={"OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id=serve-{index}"},
                 args=[
-                    *("--decision-wait", "3", "--max-wait", max_wait, "--reports", "none"),
+                    *("--decision-wait", "3", "--max-wait", max_wait, "--reports", "otlp" if reports else "none"),
+                    *(("--metric-interval", "60") if reports else ()),
                     *("--wal-dir", str(tmp_path / f"wal-{index}")),
                     *(("--handover-endpoint", f"http://127.0.0.1:{grpc_port}") if handover else ()),
                 ],
@@ -212,6 +219,27 @@ def _roots(hop: NextHop) -> dict[int, list[dict[str, object]]]:
     return roots
 
 
+def _stage_durations(hop: NextHop) -> dict[str, tuple[int, float]]:
+    """Each stage's latency_budget.stage.duration (count, sum), each instance's last cumulative point, summed."""
+    last: dict[tuple[object, ...], tuple[str, int, float]] = {}
+    for request in hop.metric_requests:
+        for rm in request.resource_metrics:
+            instance = attributes_of(rm.resource.attributes).get("service.instance.id")
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name != "latency_budget.stage.duration":
+                        continue
+                    for point in metric.histogram.data_points:
+                        labels = attributes_of(point.attributes)
+                        key = (instance, *sorted(labels.items()))
+                        last[key] = (str(labels[attr.STAGE]), point.count, point.sum)
+    totals: dict[str, tuple[int, float]] = {}
+    for stage, count, total in last.values():
+        seen, summed = totals.get(stage, (0, 0.0))
+        totals[stage] = (seen + count, summed + total)
+    return totals
+
+
 def _judged_whole(root: dict[str, object]) -> bool:
     return (
         root.get("latency_budget.stages.retrieval.actual_ms") == RETRIEVAL_MS
@@ -287,7 +315,7 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
 ) -> None:
     """Two backends to three mid-trace: nothing lost or doubled; split parts counted unjudged, or handed over, whole."""
     traces = _traces(90)
-    tier = _start_tier(otel_tools, tmp_path, hop, attach_log, routed=2, max_wait="5", handover=handover)
+    tier = _start_tier(otel_tools, tmp_path, hop, attach_log, routed=2, max_wait="5", handover=handover, reports=True)
     try:
         # Every trace's children, through the two-instance list, held open (no root yet).
         _send(tier.collector.otlp_grpc_endpoint, [children for children, _ in traces])
@@ -312,9 +340,12 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
     assert max(seen.values()) == 1  # nothing forwarded twice
     roots = _roots(hop)
     assert all(len(found) == 1 for found in roots.values())
+    model_calls = _stage_durations(hop)["model_call"]  # (count, sum in ms) over the instances, after their drain
     if handover:
         _check_handed_over(hop, roots, counters, len(traces))
+        assert model_calls == (len(traces), len(traces) * MODEL_MS)  # every trace in the metrics, whole
         return
+    assert model_calls != (len(traces), len(traces) * MODEL_MS)  # split roots counted on their own part
     split = [trace_id for trace_id, found in roots.items() if not _judged_whole(found[0])]
     # Consistent hashing moves about a third of the traces to the new instance: those are split,
     # their roots judged alone where they went, their children forwarded unjudged where they were.
