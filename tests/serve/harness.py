@@ -37,7 +37,7 @@ from opentelemetry.trace import Tracer
 from latency_budget._config.model import BudgetConfig
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
-from latency_budget._serve.forwarder import open_sender
+from latency_budget._serve.forwarder import Sender, open_sender
 from latency_budget._serve.otlp import attributes_of
 from latency_budget._serve.reports import open_report_sinks
 from latency_budget._serve.server import ServeOptions, Server
@@ -225,6 +225,11 @@ class Running:
         return [json.loads(line) for line in self.log.getvalue().splitlines() if line.strip()]
 
 
+def open_handover(url: str) -> Sender:
+    """The handover's sender to ``url`` (layer 1), as ``serve --handover-endpoint`` opens it."""
+    return open_sender(otlp_target(url, "grpc", strict=True), tls_by_scheme=True)
+
+
 @contextmanager
 def running(
     config: BudgetConfig,
@@ -252,7 +257,7 @@ def running(
         sinks=sinks.sinks if sinks is not None else (),
         flush_sinks=sinks.flush if sinks is not None else None,
         metric_bank=sinks.bank if sinks is not None else None,
-        handover=open_sender(otlp_target(handover, "grpc", strict=True)) if handover is not None else None,
+        handover=open_handover(handover) if handover is not None else None,
         handover_destination=handover or "",
     )
     fields = server.start()

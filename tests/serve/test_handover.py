@@ -68,12 +68,16 @@ def test_a_part_handed_back_to_its_own_instance_is_not_handed_over_twice(hop: Ne
         assert not any("handover" in key for key in attributes)
 
 
-def test_drain_hands_open_rootless_parts_to_the_owner_which_judges_the_trace_whole(hop: NextHop) -> None:
+def test_drain_hands_open_rootless_parts_to_the_owner_which_judges_the_trace_whole(
+    hop: NextHop, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGTERM of the instance holding the children: they go to the root's instance, which judges the trace whole."""
     spans = record(agent_trace)
     children = [s for s in spans if s.parent is not None]
     root = next(s for s in spans if s.parent is None)
     with running(BUDGETS, hop.url, limits=HELD, reports=True) as owner:
+        # The next hop's TLS setting (the chart: serve.nextHop.insecure) is not layer 1's: http:// is plain.
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "false")
         with running(BUDGETS, hop.url, limits=HELD, handover_endpoint=f"http://{owner.grpc_endpoint}") as old:
             assert send_grpc([root], owner.grpc_endpoint).name == "SUCCESS"
             assert send_grpc(children, old.grpc_endpoint).name == "SUCCESS"

@@ -95,8 +95,8 @@ class _GrpcSender(GrpcSpanExporter):
     request too large from a hop that is full.
     """
 
-    def __init__(self, endpoint: str | None = None) -> None:
-        super().__init__(endpoint=endpoint, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
+    def __init__(self, endpoint: str | None = None, insecure: bool | None = None) -> None:
+        super().__init__(endpoint=endpoint, insecure=insecure, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
         self._raw_export: tuple[object, Callable[..., object]] | None = None
 
     def send(self, request: bytes) -> Outcome:
@@ -140,10 +140,16 @@ class _HttpSender(HttpSpanExporter):
         return "busy" if status in _HTTP_BUSY else "rejected"
 
 
-def open_sender(target: OtlpTarget) -> Sender:
-    """The sender for ``target``'s traces protocol and endpoint (None: the exporters read the environment)."""
+def open_sender(target: OtlpTarget, *, tls_by_scheme: bool = False) -> Sender:
+    """The sender for ``target``'s traces protocol and endpoint (None: the exporters read the environment).
+
+    ``tls_by_scheme``: over gRPC, ``http://`` is plaintext and ``https://`` TLS whatever
+    ``OTEL_EXPORTER_OTLP_INSECURE`` says (it is the next hop's): the handover's layer 1.
+    """
     if target.protocols["traces"] == "grpc":
-        return _GrpcSender(endpoint=target.endpoint)
+        endpoint = target.endpoint
+        insecure = endpoint.startswith("http://") if tls_by_scheme and endpoint is not None else None
+        return _GrpcSender(endpoint=endpoint, insecure=insecure)
     return _HttpSender(endpoint=target.url("traces")) if target.endpoint else _HttpSender()
 
 

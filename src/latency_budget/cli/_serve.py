@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
             sinks=sinks.sinks if sinks is not None else (),
             flush_sinks=sinks.flush if sinks is not None else None,
             metric_bank=sinks.bank if sinks is not None else None,
-            handover=open_sender(handover) if handover is not None else None,
+            handover=open_sender(handover, tls_by_scheme=True) if handover is not None else None,
             handover_destination=handover.describe("traces") if handover is not None else "",
         )
     except WalError as exc:
