@@ -151,6 +151,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     tests: dict[tuple[HintKind, str], str] = {}
     held_back: Counter[tuple[HintKind, str]] = Counter()
     assumed: Counter[tuple[HintKind, str]] = Counter()  # sequential calls assumed independent
+    cached: Counter[tuple[HintKind, str]] = Counter()  # context trimmed after a cached prefix only
     held_back_by: dict[tuple[HintKind, str], dict[str, None]] = {}
     left_out: list[Finding] = []
     thresholds: dict[str, tuple[float, frozenset[str] | None]] = {}
@@ -174,6 +175,8 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
                 continue
             per_request[key] = finding.saving_ms
             tests.setdefault(key, finding.test)
+            if finding.naive_ms is not None:
+                cached[key] += 1
             if finding.kind == "cache":
                 within[key] += finding.repeated_within
                 repeats[key] += finding.spans
@@ -201,6 +204,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             held_back[key],
             tuple(held_back_by.get(key, ())),
             assumed[key],
+            cached[key],
         )
         for key in keys
     ]
@@ -243,6 +247,7 @@ def _summary(
     held_back: int = 0,
     held_back_by: tuple[str, ...] = (),
     assumed: int = 0,
+    cached: int = 0,
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
@@ -260,6 +265,7 @@ def _summary(
         repeats=repeats,
         within=within,
         assumed=assumed,
+        cached=cached,
     )
     basis, advice = lever.advise(given)
     return LeverSummary(

@@ -38,6 +38,8 @@ class Finding:
     protected stage whose check follows the call, for a lever whose saving would pass
     that check (``streaming``): then ``saving_ms`` is ``None`` and ``held_back_ms`` is
     what it would save once the check could keep up (a streaming-capable check).
+    ``naive_ms`` is, for ``context_size``, the saving were no input token served from the
+    provider's prompt cache, where the cache lowered it (else ``None``).
     """
 
     kind: LeverKind
@@ -55,6 +57,7 @@ class Finding:
     rests_on: str | None = None
     held_back_by: str | None = None
     held_back_ms: float | None = None
+    naive_ms: float | None = None
 
 
 def intervals_of(members: Sequence[Call]) -> list[tuple[int, int]]:

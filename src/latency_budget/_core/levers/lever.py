@@ -24,7 +24,16 @@ __all__ = ["Advice", "AdviceFor", "Change", "Evidence", "Lever", "RequestFinder"
 
 # What a lever would do to a stage's work. A protected stage's work is never changed, by
 # any of them: ``stream`` is held back also when a protected stage's check follows the call.
-Change = Literal["stream", "cache", "swap_model", "trim_input", "shorten_output", "run_concurrently", "skip_calls"]
+Change = Literal[
+    "stream",
+    "cache",
+    "swap_model",
+    "trim_input",
+    "shorten_output",
+    "reduce_reasoning",
+    "run_concurrently",
+    "skip_calls",
+]
 
 # The quality evidence a lever needs before a saving may be claimed as free of cost to the
 # answers (read from the traces by issue 46's quality reader; until then a lever says so).
@@ -48,7 +57,8 @@ class AdviceFor:
     those where it applied without an estimate, ``held_back`` those where a protected
     stage's check held its saving back;
     ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request);
-    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent.
+    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent,
+    ``cached`` those where ``context_size`` counted only the tokens after a cached prefix.
     """
 
     stage: str
@@ -63,6 +73,7 @@ class AdviceFor:
     repeats: int = 0
     within: int = 0
     assumed: int = 0
+    cached: int = 0
 
 
 # (basis, advice): what the estimate rests on and what to try, each for people.
@@ -94,7 +105,8 @@ class Lever:
     before a saving can be called free, and what it never proposes. ``needs`` names that
     evidence for the code. ``advise`` gives ``report``'s basis and advice; an estimated
     lever has ``find_in_request`` or ``find_in_stage`` (and ``keyed``: it reads only stages
-    with a call that has arguments, else only stages with a model call).
+    with a call that has arguments; ``reasoned``: only stages with a call that records
+    reasoning tokens; else only stages with a model call).
     """
 
     name: HintKind
@@ -112,6 +124,7 @@ class Lever:
     find_in_request: RequestFinder | None = None
     find_in_stage: StageFinder | None = None
     keyed: bool = False
+    reasoned: bool = False
 
     def __post_init__(self) -> None:
         finders = (self.find_in_request is not None) + (self.find_in_stage is not None)
