@@ -462,9 +462,14 @@ def start_tier_collector(
     *,
     backends: list[str],
     extra_env: Mapping[str, str] | None = None,
+    otlp_grpc_port: int | None = None,
 ) -> TierCollectorService:
-    """Start the collector with collector-tier.yaml on free loopback ports, routing to ``backends`` (host:port)."""
+    """Start the collector with collector-tier.yaml on free loopback ports, routing to ``backends`` (host:port).
+
+    ``otlp_grpc_port``: its OTLP/gRPC port instead of a free one (a restart keeps its address).
+    """
     otlp_grpc, otlp_http, health, metrics = free_ports(4)
+    otlp_grpc = otlp_grpc_port if otlp_grpc_port is not None else otlp_grpc
     env = {
         "OTELCOL_OTLP_GRPC_ENDPOINT": f"{LOOPBACK}:{otlp_grpc}",
         "OTELCOL_OTLP_HTTP_ENDPOINT": f"{LOOPBACK}:{otlp_http}",

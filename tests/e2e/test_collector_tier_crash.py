@@ -12,10 +12,14 @@ traces later, for several seconds.
   the killed instance had acknowledged is gone.
 - The backend list grows from two instances to three while traces are open: a trace whose
   root is routed to another instance than its children is split. Nothing is lost or sent
-  twice; the part with the root is judged on what reached it, and the rootless part is
-  forwarded unjudged after ``--max-wait``, counted in ``traces_forwarded_unjudged`` and
-  ``traces_partial``, its spans marked ``latency_budget.partial.reason=no_root``
-  (docs/collector-tier.md, "Durability" and "Partial traces").
+  twice. Without ``--handover-endpoint`` the part with the root is judged on what reached
+  it, and the rootless part is forwarded unjudged after ``--max-wait``, counted in
+  ``traces_forwarded_unjudged`` and ``traces_partial``, its spans marked
+  ``latency_budget.partial.reason=no_root``. With it (pointing at the tier Collector) the
+  rootless part goes back through the Collector to the root's instance, and every trace
+  is judged whole (docs/collector-tier.md, "Durability", "Partial traces", "Handover"):
+  the budget metrics the instances flush at their drain count every trace's model calls
+  in full (90 x 240 ms), where without it the split roots are counted on their own part.
 
 Waiting is polling the health counters and the receiver, with generous deadlines; the
 sender paces its requests (it is the traffic, not a synchronisation).
@@ -35,6 +39,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from latency_budget import _attributes as attr
 from latency_budget._serve.otlp import attributes_of
 from tests.serve.harness import NextHop, record
 from tests.serve.test_command import BUDGET_FILE
@@ -45,6 +50,7 @@ from .services import (
     ServeService,
     TierCollectorService,
     Tools,
+    free_ports,
     poll,
     start_serve,
     start_tier_collector,
@@ -70,6 +76,7 @@ class Tier:
     serves: list[ServeService]
     collector: TierCollectorService
     started: list[ManagedProcess]
+    grpc_port: int  # the Collector's OTLP/gRPC port, kept across its restart
 
 
 def _start_tier(
@@ -80,8 +87,16 @@ def _start_tier(
     *,
     routed: int,
     max_wait: str,
+    handover: bool = False,
+    reports: bool = False,
 ) -> Tier:
-    """Three serves with their logs; the tier Collector routing to the first ``routed`` of them."""
+    """Three serves with their logs; the tier Collector routing to the first ``routed`` of them.
+
+    ``handover``: each serve's ``--handover-endpoint`` is the Collector's OTLP/gRPC address,
+    which stays the same when the Collector is restarted (:attr:`Tier.grpc_port`).
+    ``reports``: the budget metrics go to ``hop`` too, each instance its own resource.
+    """
+    (grpc_port,) = free_ports(1)
     budgets = tmp_path / "budgets.yaml"
     budgets.write_text(BUDGET_FILE, encoding="utf-8")
     serves: list[ServeService] = []
@@ -93,29 +108,33 @@ def _start_tier(
                 name=f"serve-{index}",
                 budgets=budgets,
                 forward_endpoint=hop.url,
+                extra_env={"OTEL_RESOURCE_ATTRIBUTES": f"service.instance.id=serve-{index}"},
                 args=[
-                    *("--decision-wait", "3", "--max-wait", max_wait, "--reports", "none"),
+                    *("--decision-wait", "3", "--max-wait", max_wait, "--reports", "otlp" if reports else "none"),
+                    *(("--metric-interval", "60") if reports else ()),
                     *("--wal-dir", str(tmp_path / f"wal-{index}")),
+                    *(("--handover-endpoint", f"http://127.0.0.1:{grpc_port}") if handover else ()),
                 ],
             )
             serves.append(serve)
             started.append(serve.process)
             attach_log(serve.process)
-        collector = _collector(tools, tmp_path, serves[:routed])
+        collector = _collector(tools, tmp_path, serves[:routed], grpc_port)
         started.append(collector.process)
         attach_log(collector.process)
     except BaseException:
         for process in reversed(started):
             process.stop()
         raise
-    return Tier(serves, collector, started)
+    return Tier(serves, collector, started, grpc_port)
 
 
-def _collector(tools: Tools, tmp_path: Path, serves: list[ServeService]) -> TierCollectorService:
+def _collector(tools: Tools, tmp_path: Path, serves: list[ServeService], grpc_port: int) -> TierCollectorService:
     return start_tier_collector(
         tools,
         tmp_path,
         backends=[serve.grpc_endpoint for serve in serves],
+        otlp_grpc_port=grpc_port,
         # Retry a down instance often, so a restarted one gets its queue back well within --decision-wait.
         extra_env={"OTELCOL_TIER_RETRY_INITIAL_INTERVAL": "100ms", "OTELCOL_TIER_RETRY_MAX_INTERVAL": "500ms"},
     )
@@ -200,6 +219,27 @@ def _roots(hop: NextHop) -> dict[int, list[dict[str, object]]]:
     return roots
 
 
+def _stage_durations(hop: NextHop) -> dict[str, tuple[int, float]]:
+    """Each stage's latency_budget.stage.duration (count, sum), each instance's last cumulative point, summed."""
+    last: dict[tuple[object, ...], tuple[str, int, float]] = {}
+    for request in hop.metric_requests:
+        for rm in request.resource_metrics:
+            instance = attributes_of(rm.resource.attributes).get("service.instance.id")
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name != "latency_budget.stage.duration":
+                        continue
+                    for point in metric.histogram.data_points:
+                        labels = attributes_of(point.attributes)
+                        key = (instance, *sorted(labels.items()))
+                        last[key] = (str(labels[attr.STAGE]), point.count, point.sum)
+    totals: dict[str, tuple[int, float]] = {}
+    for stage, count, total in last.values():
+        seen, summed = totals.get(stage, (0, 0.0))
+        totals[stage] = (seen + count, summed + total)
+    return totals
+
+
 def _judged_whole(root: dict[str, object]) -> bool:
     return (
         root.get("latency_budget.stages.retrieval.actual_ms") == RETRIEVAL_MS
@@ -269,12 +309,13 @@ def test_kill_9_of_an_instance_mid_stream_loses_nothing_and_judges_each_trace_on
         assert found["spans_late"] == 0, found
 
 
+@pytest.mark.parametrize("handover", [False, True], ids=["no_handover", "handover"])
 def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_counts_them(
-    otel_tools: Tools, tmp_path: Path, hop: NextHop, attach_log: Callable[[ManagedProcess], None]
+    otel_tools: Tools, tmp_path: Path, hop: NextHop, attach_log: Callable[[ManagedProcess], None], handover: bool
 ) -> None:
-    """Two backends to three mid-trace: nothing lost or doubled; a split trace's rootless part is counted unjudged."""
+    """Two backends to three mid-trace: nothing lost or doubled; split parts counted unjudged, or handed over, whole."""
     traces = _traces(90)
-    tier = _start_tier(otel_tools, tmp_path, hop, attach_log, routed=2, max_wait="5")
+    tier = _start_tier(otel_tools, tmp_path, hop, attach_log, routed=2, max_wait="5", handover=handover, reports=True)
     try:
         # Every trace's children, through the two-instance list, held open (no root yet).
         _send(tier.collector.otlp_grpc_endpoint, [children for children, _ in traces])
@@ -286,7 +327,7 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
         # The list changes: the Collector restarted with the third instance in it (a static resolver's only way).
         tier.collector.process.stop()
         tier.started.remove(tier.collector.process)
-        tier.collector = _collector(otel_tools, tmp_path, tier.serves)
+        tier.collector = _collector(otel_tools, tmp_path, tier.serves, tier.grpc_port)
         tier.started.append(tier.collector.process)
         attach_log(tier.collector.process)
         _send(tier.collector.otlp_grpc_endpoint, [root for _, root in traces])
@@ -299,6 +340,12 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
     assert max(seen.values()) == 1  # nothing forwarded twice
     roots = _roots(hop)
     assert all(len(found) == 1 for found in roots.values())
+    model_calls = _stage_durations(hop)["model_call"]  # (count, sum in ms) over the instances, after their drain
+    if handover:
+        _check_handed_over(hop, roots, counters, len(traces))
+        assert model_calls == (len(traces), len(traces) * MODEL_MS)  # every trace in the metrics, whole
+        return
+    assert model_calls != (len(traces), len(traces) * MODEL_MS)  # split roots counted on their own part
     split = [trace_id for trace_id, found in roots.items() if not _judged_whole(found[0])]
     # Consistent hashing moves about a third of the traces to the new instance: those are split,
     # their roots judged alone where they went, their children forwarded unjudged where they were.
@@ -312,3 +359,24 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
             assert reason == ("no_root" if split_trace else None), (span.trace_id.hex(), reason)
     assert sum(c["traces_judged"] for c in counters) == len(traces)
     assert all(c["spans_dropped"] == 0 for c in counters)
+
+
+def _check_handed_over(
+    hop: NextHop, roots: dict[int, list[dict[str, object]]], counters: list[dict[str, int]], traces: int
+) -> None:
+    """The rerouted traces' children went to their root's instance: every trace judged once, whole, unmarked."""
+    assert sorted(roots) == list(range(1, traces + 1))
+    not_whole = [trace_id for trace_id, found in roots.items() if not _judged_whole(found[0])]
+    assert not_whole == []
+    assert counters[2]["traces_judged"] > 0  # the new instance took over some traces: they were split
+    assert sum(c["traces_handed_over"] for c in counters) >= counters[2]["traces_judged"]
+    assert sum(c["traces_judged"] for c in counters) == traces
+    for found in counters:
+        assert found["traces_partial"] == 0, found
+        assert found["traces_forwarded_unjudged"] == 0, found
+        assert found["spans_late"] == 0, found
+        assert found["spans_dropped"] == 0, found
+    for _, _, span in hop.spans():  # nothing marked partial, nothing of serve's own leaked
+        keys = attributes_of(span.attributes)
+        assert "latency_budget.partial" not in keys, span.trace_id.hex()
+        assert not any("handover" in key for key in keys), keys

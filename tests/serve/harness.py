@@ -37,7 +37,7 @@ from opentelemetry.trace import Tracer
 from latency_budget._config.model import BudgetConfig
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
-from latency_budget._serve.forwarder import open_sender
+from latency_budget._serve.forwarder import Sender, open_sender
 from latency_budget._serve.otlp import attributes_of
 from latency_budget._serve.reports import open_report_sinks
 from latency_budget._serve.server import ServeOptions, Server
@@ -225,6 +225,11 @@ class Running:
         return [json.loads(line) for line in self.log.getvalue().splitlines() if line.strip()]
 
 
+def open_handover(url: str) -> Sender:
+    """The handover's sender to ``url`` (layer 1), as ``serve --handover-endpoint`` opens it."""
+    return open_sender(otlp_target(url, "grpc", strict=True), tls_by_scheme=True)
+
+
 @contextmanager
 def running(
     config: BudgetConfig,
@@ -238,13 +243,9 @@ def running(
 ) -> Iterator[Running]:
     """A started server forwarding to ``next_hop_url`` (with ``reports``, its logs and metrics too); drained after."""
     log = io.StringIO()
-    settings = ServeOptions(
-        grpc_endpoint="127.0.0.1:0",
-        http_endpoint="127.0.0.1:0",
-        health_endpoint="127.0.0.1:0",
-        limits=limits or Limits(decision_wait_s=0.05, max_wait_s=30.0),
-        **options,
-    )
+    endpoints = {"grpc_endpoint": "127.0.0.1:0", "http_endpoint": "127.0.0.1:0", "health_endpoint": "127.0.0.1:0"}
+    settings = ServeOptions(limits=limits or Limits(decision_wait_s=0.05, max_wait_s=30.0), **{**endpoints, **options})
+    handover = settings.handover_endpoint
     target = otlp_target(next_hop_url, "grpc", strict=True)
     sinks = open_report_sinks(target, partial_in_metrics=partial_in_metrics) if reports else None
     server = Server(
@@ -256,6 +257,8 @@ def running(
         sinks=sinks.sinks if sinks is not None else (),
         flush_sinks=sinks.flush if sinks is not None else None,
         metric_bank=sinks.bank if sinks is not None else None,
+        handover=open_handover(handover) if handover is not None else None,
+        handover_destination=handover or "",
     )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)

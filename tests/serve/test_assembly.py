@@ -145,3 +145,41 @@ def test_remembered_decided_traces_are_bounded() -> None:
     _, leaving = buffer.add(_spans(1)[:1])  # forgotten: held again as a new trace
     assert leaving == []
     assert buffer.held()[0] == 1
+
+
+def test_with_handover_a_quiet_rootless_part_leaves_at_decision_wait_once_and_a_returned_one_waits() -> None:
+    """Handover: rootless and quiet for decision_wait leaves as handover; the same trace back is held to max_wait."""
+    clock = Clock()
+    buffer = TraceBuffer(Limits(decision_wait_s=1.0, max_wait_s=10.0), clock, handover=True)
+    part = _spans(root=False)
+    buffer.add(part)
+    clock.now = 0.9
+    assert buffer.due() == []
+    clock.now = 1.0
+    (handed,) = buffer.due()
+    assert handed.outcome == "handover"
+    assert buffer.held() == (0, 0, 0)
+    refused, leaving = buffer.add(_spans(root=False))  # back from layer 1: not late, held again
+    assert refused is None
+    assert leaving == []
+    clock.now = 10.9
+    assert buffer.due() == []  # quiet, but handed over from here before
+    clock.now = 11.0
+    (given_up,) = buffer.due()
+    assert given_up.outcome == "no_root"
+
+
+def test_with_handover_a_drain_hands_over_rootless_parts_and_judges_rooted_ones() -> None:
+    """Drain with handover: the rooted trace to judge, the rootless one to hand over, one already handed to forward."""
+    clock = Clock()
+    buffer = TraceBuffer(Limits(decision_wait_s=1.0, max_wait_s=10.0), clock, handover=True)
+    buffer.add(_spans(1))
+    buffer.add(_spans(2, root=False))
+    buffer.add(_spans(3, root=False))
+    clock.now = 1.0
+    assert [item.outcome for item in buffer.due()] == ["judge", "handover", "handover"]
+    buffer.add(_spans(4))
+    buffer.add(_spans(5, root=False))
+    buffer.add(_spans(3, root=False))  # trace 3 came back
+    outcomes = {item.trace_id: item.outcome for item in buffer.drain()}
+    assert outcomes == {4: "judge", 5: "handover", 3: "shutdown"}

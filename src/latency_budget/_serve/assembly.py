@@ -32,7 +32,7 @@ from latency_budget._serve.otlp import Received
 
 __all__ = ["Decided", "Limits", "Refused", "TraceBuffer", "settling_groups"]
 
-Outcome = Literal["judge", "no_root", "evicted", "late", "shutdown"]
+Outcome = Literal["judge", "no_root", "evicted", "late", "shutdown", "handover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +88,16 @@ class _Open:
 class TraceBuffer:
     """Open traces, oldest activity first. Thread-safe; ``clock`` is monotonic seconds."""
 
-    def __init__(self, limits: Limits, clock: Callable[[], float]) -> None:
+    def __init__(self, limits: Limits, clock: Callable[[], float], *, handover: bool = False) -> None:
+        """``handover``: a quiet rootless trace leaves as ``handover`` (once per trace id here), see :meth:`due`."""
         self.limits = limits
         self._clock = clock
         self._lock = threading.Lock()
         self._open: OrderedDict[int, _Open] = OrderedDict()
+        self._handover = handover
+        # Trace ids handed over from here, the latest ``remembered_traces``: a part of one that
+        # comes back (the ring did not change) is held until --max-wait, never handed over again.
+        self._handed: OrderedDict[int, None] = OrderedDict()
         # Decided trace ids -> whether counted as partial here (None: evicted, never counted or marked).
         self._decided: OrderedDict[int, bool | None] = OrderedDict()
         self._bytes = 0
@@ -205,7 +210,12 @@ class TraceBuffer:
                 decided.popitem(last=False)
 
     def due(self) -> list[Decided]:
-        """The traces to decide now: quiet and rooted (to judge), or rootless past ``max_wait``."""
+        """The traces to decide now: quiet and rooted (to judge), or rootless past ``max_wait``.
+
+        With ``handover``, a rootless trace quiet for ``decision_wait`` leaves as ``handover``
+        (to be sent back through layer 1 to its trace's owner), unless it was handed over
+        from here before: a part that came back is held until ``max_wait`` as without it.
+        """
         limits = self.limits
         now = self._clock()
         quiet_before = now - limits.decision_wait_s
@@ -218,23 +228,27 @@ class TraceBuffer:
                     break  # this one and all after it had a span within decision_wait
                 if trace.rooted:
                     ready.append((trace_id, "judge"))
+                elif self._handover and trace_id not in self._handed:
+                    ready.append((trace_id, "handover"))
                 elif trace.first_at <= given_up_before:
                     ready.append((trace_id, "no_root"))
             for trace_id, outcome in ready:
                 seq = self._open[trace_id].seq
-                found.append(Decided(trace_id, self._close(trace_id), outcome, seq))
+                found.append(Decided(trace_id, self._close(trace_id, handover=outcome == "handover"), outcome, seq))
         return found
 
     def drain(self) -> list[Decided]:
-        """Every open trace, for shutdown: rooted ones to judge, the others to forward unjudged."""
+        """Every open trace, for shutdown: rooted ones to judge, the others to hand over (:meth:`due`) or forward."""
         with self._lock:
-            ids = list(self._open)
-            return [
-                Decided(trace_id, spans, "judge" if trace.rooted else "shutdown", trace.seq)
-                for trace_id in ids
-                for trace in (self._open[trace_id],)
-                for spans in (self._close(trace_id),)
-            ]
+            found: list[Decided] = []
+            for trace_id in list(self._open):
+                trace = self._open[trace_id]
+                outcome: Outcome = "judge" if trace.rooted else "shutdown"
+                if outcome == "shutdown" and self._handover and trace_id not in self._handed:
+                    outcome = "handover"
+                spans = self._close(trace_id, handover=outcome == "handover")
+                found.append(Decided(trace_id, spans, outcome, trace.seq))
+            return found
 
     def first_partial(self, trace_id: int) -> bool:
         """Whether the decided trace ``trace_id`` is found partial here for the first time (then: count it)."""
@@ -244,10 +258,16 @@ class TraceBuffer:
                 self._decided[trace_id] = True
             return counted is False
 
-    def _close(self, trace_id: int, *, evicted: bool = False) -> list[Received]:
+    def _close(self, trace_id: int, *, evicted: bool = False, handover: bool = False) -> list[Received]:
         trace = self._open.pop(trace_id)
         self._bytes -= trace.size
         self._spans -= len(trace.spans)
+        if handover:  # not decided here: its spans, this part come back included, join a trace held again
+            handed = self._handed
+            handed[trace_id] = None
+            if len(handed) > self.limits.remembered_traces:
+                handed.popitem(last=False)
+            return trace.spans
         decided = self._decided
         decided[trace_id] = None if evicted else False
         if len(decided) > self.limits.remembered_traces:

@@ -48,7 +48,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from latency_budget._serve.otlp import Origin, encode_batch, shrink_span
-from latency_budget._serve.stats import Counters, EventLog
+from latency_budget._serve.stats import Counter, Counters, EventLog
 from latency_budget.export._otlp import OtlpTarget
 
 __all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_WORKERS", "Forwarder", "Outcome", "Sender", "open_sender"]
@@ -95,8 +95,8 @@ class _GrpcSender(GrpcSpanExporter):
     request too large from a hop that is full.
     """
 
-    def __init__(self, endpoint: str | None = None) -> None:
-        super().__init__(endpoint=endpoint, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
+    def __init__(self, endpoint: str | None = None, insecure: bool | None = None) -> None:
+        super().__init__(endpoint=endpoint, insecure=insecure, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
         self._raw_export: tuple[object, Callable[..., object]] | None = None
 
     def send(self, request: bytes) -> Outcome:
@@ -140,10 +140,16 @@ class _HttpSender(HttpSpanExporter):
         return "busy" if status in _HTTP_BUSY else "rejected"
 
 
-def open_sender(target: OtlpTarget) -> Sender:
-    """The sender for ``target``'s traces protocol and endpoint (None: the exporters read the environment)."""
+def open_sender(target: OtlpTarget, *, tls_by_scheme: bool = False) -> Sender:
+    """The sender for ``target``'s traces protocol and endpoint (None: the exporters read the environment).
+
+    ``tls_by_scheme``: over gRPC, ``http://`` is plaintext and ``https://`` TLS whatever
+    ``OTEL_EXPORTER_OTLP_INSECURE`` says (it is the next hop's): the handover's layer 1.
+    """
     if target.protocols["traces"] == "grpc":
-        return _GrpcSender(endpoint=target.endpoint)
+        endpoint = target.endpoint
+        insecure = endpoint.startswith("http://") if tls_by_scheme and endpoint is not None else None
+        return _GrpcSender(endpoint=endpoint, insecure=insecure)
     return _HttpSender(endpoint=target.url("traces")) if target.endpoint else _HttpSender()
 
 
@@ -204,8 +210,12 @@ class Forwarder:
         max_batch_bytes: int = DEFAULT_BATCH_BYTES,
         workers: int = DEFAULT_WORKERS,
         clock: Callable[[], float] = time.monotonic,
+        sent: Counter = "spans_forwarded",
+        name: str = "forward",
     ) -> None:
+        """``sent``: the counter of the spans the hop took; ``name``: its threads' (``latency-budget-<name>-N``)."""
         self._sender = sender
+        self._sent: Counter = sent
         self._limit = max_batch_bytes
         self._cap = max_batch_bytes  # lowered when the hop refuses a request as too large: its own limit is lower
         self._counters = counters
@@ -224,7 +234,7 @@ class Forwarder:
         self._attempt = 0
         self._retry_at = 0.0
         self._threads = [
-            threading.Thread(target=self._run, name=f"latency-budget-forward-{index}", daemon=True)
+            threading.Thread(target=self._run, name=f"latency-budget-{name}-{index}", daemon=True)
             for index in range(max(1, workers))
         ]
 
@@ -431,7 +441,7 @@ class Forwarder:
             self._cond.notify_all()
         self._finish(dones)
         if outcome == "sent":
-            self._counters.add("spans_forwarded", spans)
+            self._counters.add(self._sent, spans)
         elif outcome == "rejected":  # refused for good: sending it again would block the spans behind it forever
             self._counters.add("spans_dropped", spans)
             self._log.event("spans_dropped", reason="refused by the next hop", spans=spans, to=self._destination)

@@ -129,6 +129,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("forward-endpoint", "URL", text, None, "`OTEL_EXPORTER_OTLP_ENDPOINT`",
            "the next hop, instead of OTEL_EXPORTER_OTLP_ENDPOINT", "the next hop, for traces, logs and metrics",
            None),
+    Option("handover-endpoint", "URL", text, None, "off",
+           "layer 1's OTLP address: rootless parts go back through it to their trace's owner",
+           "the layer-1 Collector's OTLP address (resolved as `--forward-endpoint` is): a rootless part quiet for "
+           "`--decision-wait`, and at shutdown every open one, is sent back through it to its trace's owner now "
+           "([Handover](#handover)); off: forwarded unjudged after `--max-wait`", "handover_endpoint"),
     Option("decision-wait", "SECONDS", seconds, 5.0, "5", "judge a rooted trace this long after its last span",
            "quiet time after a rooted trace's last span", "limits.decision_wait_s"),
     Option("max-wait", "SECONDS", seconds, 60.0, "60", "forward a trace unjudged if its root is not in by then",

@@ -17,7 +17,9 @@ instance what the other holds, but each can see the marks of a part:
 
 A gap the root's instance cannot see (only leaves went elsewhere) shows at the other
 instance as ``no_root``: a trace split over instances is counted (``traces_partial``)
-by at least one of them, once per instance that saw a part of it.
+by at least one of them, once per instance that saw a part of it. With
+``--handover-endpoint`` (the server's handover) a quiet rootless part is first sent back
+through layer 1 to its trace's owner, and marked only if it stays rootless where it ends up.
 """
 
 from __future__ import annotations

@@ -4,7 +4,11 @@ One decider thread moves traces out of the buffer (:mod:`.assembly`) when they a
 due, judges them (:mod:`.judge`), hands the reports to the OTLP log and metric sinks and
 queues the spans for the next hop (:mod:`.forwarder`). The receivers only decode and
 buffer. :meth:`Server.drain` is the SIGTERM path: refuse new data, judge every rooted
-trace, forward the rest unjudged, flush, all within the shutdown deadline.
+trace, forward the rest unjudged (or hand it over), flush, all within the shutdown deadline.
+
+With a handover sender (``--handover-endpoint``), a rootless part quiet for the decision
+wait is sent back through layer 1, which routes it by trace id to the trace's owner now,
+through a second :class:`~.forwarder.Forwarder` (same retries, same settling in the log).
 
 With a write-ahead log (:mod:`.wal`), :meth:`Server.start` first replays what a previous
 run acknowledged and did not forward, before the receivers take anything new, and every
@@ -67,6 +71,7 @@ class ServeOptions:
     http_body_timeout_s: float = BODY_TIMEOUT_S
     forward_batch_bytes: int = DEFAULT_BATCH_BYTES
     forward_workers: int = DEFAULT_WORKERS
+    handover_endpoint: str | None = None  # layer 1's OTLP address; the command opens the sender
 
 
 class Server:
@@ -84,15 +89,21 @@ class Server:
         log: EventLog | None = None,
         clock: Callable[[], float] = time.monotonic,
         metric_bank: MetricBank | None = None,
+        handover: Sender | None = None,
+        handover_destination: str = "",
     ) -> None:
-        """``metric_bank``: where serve's own counters and gauges go out with the budget metrics (over OTLP)."""
+        """``metric_bank``: where serve's own counters and gauges go out with the budget metrics (over OTLP).
+
+        ``handover``: the sender to layer 1 (``--handover-endpoint``); None: rootless parts
+        are forwarded unjudged after ``--max-wait``, as before.
+        """
         self.options = options
         self.counters = Counters()
         self.log = log if log is not None else EventLog()
         self._clock = clock
         self._sinks = tuple(sinks)
         self._flush = flush_sinks
-        self._buffer = TraceBuffer(options.limits, clock)
+        self._buffer = TraceBuffer(options.limits, clock, handover=handover is not None)
         self._judge = Judge(config, roots=options.roots, max_spans_per_trace=options.limits.max_spans_per_trace)
         self._forwarder = Forwarder(
             sender,
@@ -101,6 +112,20 @@ class Server:
             destination=destination,
             max_batch_bytes=options.forward_batch_bytes,
             workers=options.forward_workers,
+        )
+        self._handover = (
+            Forwarder(
+                handover,
+                counters=self.counters,
+                log=self.log,
+                destination=handover_destination,
+                max_batch_bytes=options.forward_batch_bytes,
+                workers=1,
+                sent="spans_handed_over",
+                name="handover",
+            )
+            if handover is not None
+            else None
         )
         self._wanted = _wanted_keys(config, options)
         self._wal = Wal(options.wal, self.counters, self.log) if options.wal is not None else None
@@ -152,6 +177,8 @@ class Server:
     def start(self) -> dict[str, object]:
         """Start serving (after replaying the write-ahead log); the ``listening`` log line's fields."""
         self._forwarder.start()
+        if self._handover is not None:
+            self._handover.start()
         if self._wal is not None:
             self._replay(self._wal)
         self._decider.start()
@@ -165,6 +192,7 @@ class Server:
             "health": self.health.address,
             "roots": self.options.roots,
             "decision_wait_s": self.options.limits.decision_wait_s,
+            "handover": self.options.handover_endpoint,
         }
         self.log.event("listening", always=True, **fields)
         return fields
@@ -192,7 +220,7 @@ class Server:
         self.log.event("budget_reload_failed", always=True, action="kept the last good budgets", **fields)
 
     def drain(self) -> bool:
-        """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
+        """Stop accepting, judge every rooted trace, hand over or forward the rest; True when all was sent in time."""
         deadline = self._clock() + self.options.shutdown_timeout_s
         self._draining = True
         self.log.event("draining", always=True)
@@ -205,7 +233,20 @@ class Server:
         self._decider.join(max(0.0, deadline - self._clock()))
         with self._decide_lock:
             self._decide(self._buffer.drain())
-        left = self._forwarder.close(deadline - 0.2, kept=self._wal is not None)
+        kept = self._wal is not None
+        handover_left: list[int] = []
+        closing = None
+        if self._handover is not None:  # both close at once: layer 1 down must not eat the next hop's time
+            handover = self._handover
+            closing = threading.Thread(
+                target=lambda: handover_left.append(handover.close(deadline - 0.2, kept=kept)),
+                name="latency-budget-handover-close",
+            )
+            closing.start()
+        left = self._forwarder.close(deadline - 0.2, kept=kept)
+        if closing is not None:
+            closing.join()
+            left += sum(handover_left)
         flushed = self._flush_sinks(deadline)
         counters = self.counters.snapshot()
         if self._wal is not None:
@@ -220,7 +261,7 @@ class Server:
         """Why a request that costs ``cost`` bytes decoded cannot be taken now, or None (the intake asks)."""
         with self._moving:  # one moment: no trace counted twice or missed as it moves on
             buffered = self._buffer.held()[2] + self._deciding
-            spans, queued_bytes = self._forwarder.held()
+            spans, queued_bytes = self._queued()
         options = self.options
         if spans >= options.queue_spans:
             return f"{plural(spans, 'span')} waiting for the next hop (--queue-size {options.queue_spans})"
@@ -230,12 +271,20 @@ class Server:
             return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
         return None
 
+    def _queued(self) -> tuple[int, int]:
+        """Spans and bytes waiting for the next hop or for layer 1 (handed over)."""
+        spans, size = self._forwarder.held()
+        if self._handover is not None:
+            more_spans, more_size = self._handover.held()
+            spans, size = spans + more_spans, size + more_size
+        return spans, size
+
     def gauges(self) -> dict[Gauge, int]:
         """What is held now, every gauge of the table (stats.METRICS), from one moment."""
         with self._moving:
             traces, spans, buffered = self._buffer.held()
             judging = self._deciding
-            queued_spans, queued = self._forwarder.held()
+            queued_spans, queued = self._queued()
         wal = self._wal.held() if self._wal is not None else {"bytes": 0, "segments": 0}
         return {
             # As _pressure counts against --max-bytes.
@@ -347,6 +396,9 @@ class Server:
         local = self.options.roots == "local"
         for item in decided:
             stale = self._intake.stale(item.trace_id)  # held across a reload that reads more keys
+            if item.outcome == "handover":  # judged where its root is, with it
+                counters.add("traces_handed_over")
+                continue
             if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
                 self._mark_partial(item)
@@ -371,6 +423,9 @@ class Server:
         unjudged = sum(1 for item in decided if item.outcome == "no_root")
         if unjudged:
             self.log.event("forwarded_unjudged", reason="root never arrived (--max-wait)", traces=unjudged)
+        handed = sum(1 for item in decided if item.outcome == "handover")
+        if handed:
+            self.log.event("handed_over", reason="rootless, quiet for --decision-wait", traces=handed)
         self._forward(decided, judged=judged)
         for report in reports:
             for sink in self._sinks:
@@ -387,17 +442,27 @@ class Server:
         a crash sends again at most the runs in flight. ``judged``: they are the decider's
         (counted in ``_deciding`` until they are queued).
         """
-        groups = settling_groups(decided, FORWARD_BATCH_SPANS, self.options.forward_batch_bytes)
+        handover = self._handover
+        queues: list[tuple[Forwarder, list[Decided]]] = [(self._forwarder, decided)]
+        if handover is not None:
+            queues = [
+                (self._forwarder, [item for item in decided if item.outcome != "handover"]),
+                (handover, [item for item in decided if item.outcome == "handover"]),
+            ]
+        batch = self.options.forward_batch_bytes
+        groups = [
+            (queue, group) for queue, items in queues for group in settling_groups(items, FORWARD_BATCH_SPANS, batch)
+        ]
         if not judged:
-            for group in groups:
-                self._forward_group(group)
+            for queue, group in groups:
+                self._forward_group(group, queue)
             return
         with self._moving:  # from being judged to queued, in one step for the bounds
-            for group in groups:
-                self._forward_group(group)
+            for queue, group in groups:
+                self._forward_group(group, queue)
             self._deciding = 0
 
-    def _forward_group(self, decided: list[Decided]) -> None:
+    def _forward_group(self, decided: list[Decided], forwarder: Forwarder) -> None:
         """Queue the spans of the ``decided`` traces; once they have all left, they are settled in the log."""
         wal = self._wal
         pairs = [(received.origin, received.encoded) for item in decided for received in item.spans]
@@ -407,7 +472,7 @@ class Server:
             settled = [(item.trace_id, item.seq) for item in decided]
             traces = frozenset(trace_id for trace_id, _ in settled)
             done = lambda: wal.settle(settled)  # noqa: E731
-        self._forwarder.put(pairs, done, traces)
+        forwarder.put(pairs, done, traces)
 
     def _replay(self, wal: Wal) -> None:
         """Put back in the buffer what a previous run logged and did not forward; counted, logged once."""

@@ -46,6 +46,8 @@ Counter = Literal[
     "spans_evicted",
     "traces_partial",
     "spans_forwarded",
+    "traces_handed_over",
+    "spans_handed_over",
     "spans_dropped",
     "spans_truncated",
     "spans_too_large",
@@ -124,6 +126,10 @@ METRICS: tuple[ServeMetric, ...] = (
                 "Traces judged or forwarded here on part of their spans (a parent missing, spans after the "
                 "decision, no root): marked, once per trace."),
     ServeMetric("spans_forwarded", "counter", "{span}", "Spans the next hop took."),
+    ServeMetric("traces_handed_over", "counter", "{trace}",
+                "Rootless parts of traces sent back through layer 1 to their trace's owner (`--handover-endpoint`)."),
+    ServeMetric("spans_handed_over", "counter", "{span}",
+                "Spans of handed-over parts that layer 1 took (`--handover-endpoint`)."),
     ServeMetric("spans_dropped", "counter", "{span}",
                 "Spans the next hop refused for good, or, without a write-ahead log, not taken by the shutdown "
                 "deadline."),

@@ -100,6 +100,12 @@ def run(args: argparse.Namespace) -> int:
     metric_interval = values["metric-interval"]
     try:
         target = otlp_target(values["forward-endpoint"], strict=True, endpoint_name="--forward-endpoint")
+        handover_at = options.handover_endpoint
+        handover = (
+            otlp_target(handover_at, strict=True, endpoint_name="--handover-endpoint")
+            if handover_at is not None
+            else None
+        )
     except OtlpSettingError as exc:
         raise CliError(f"serve: {exc}") from None
 
@@ -121,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             sinks=sinks.sinks if sinks is not None else (),
             flush_sinks=sinks.flush if sinks is not None else None,
             metric_bank=sinks.bank if sinks is not None else None,
+            handover=open_sender(handover, tls_by_scheme=True) if handover is not None else None,
+            handover_destination=handover.describe("traces") if handover is not None else "",
         )
     except WalError as exc:
         raise CliError(f"serve: {exc}") from None

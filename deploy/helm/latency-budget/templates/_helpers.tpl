@@ -41,6 +41,17 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default (.Files.Get "files/budgets.yaml") .Values.serve.budgets -}}
 {{- end -}}
 
+{{/* Where serve hands rootless parts back (--handover-endpoint): serve.handover.endpoint, else the
+chart's Collector Service, on the port of serve's OTLP protocol (serve.nextHop.protocol). */}}
+{{- define "lb.handover" -}}
+{{- if .Values.serve.handover.endpoint -}}
+{{- .Values.serve.handover.endpoint -}}
+{{- else -}}
+{{- $port := ternary 4317 4318 (eq .Values.serve.nextHop.protocol "grpc") -}}
+{{- printf "http://%s-collector.%s.svc:%d" (include "lb.fullname" .) .Release.Namespace $port -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Where serve forwards: serve.nextHop.endpoint, else the bundled Jaeger. */}}
 {{- define "lb.nextHop" -}}
 {{- if .Values.serve.nextHop.endpoint -}}
