@@ -1,4 +1,4 @@
-"""The comparison core (``latency-budget compare``): planted changes found, null pairs quiet, mix and critical path fair.
+"""The comparison core of ``latency-budget compare``: planted changes found, null pairs quiet, mix shifts fair.
 
 Requests are made in memory as judged :class:`TraceReport` values (the comparison reads
 nothing else), from seeded log-normal stage times: retrieval, then the model call, with a
@@ -67,7 +67,11 @@ def _changes(found: Comparison) -> list[str]:
     named = [
         f"{row.profile}/{row.stage}/{row.model}: {what}"
         for row in (*found.rows, found.end_to_end)
-        for what, change in (("time", row.change), ("first token", row.first_token_change), ("critical", row.critical_change))
+        for what, change in (
+            ("time", row.change),
+            ("first token", row.first_token_change),
+            ("critical", row.critical_change),
+        )
         if change is not None and change.verdict != "no change"
     ]
     if found.end_to_end_verdict not in (None, "no change"):
@@ -80,21 +84,25 @@ def test_planted_changes_are_found_with_their_sign_and_within_their_intervals() 
     after_medians = {"default": {"retrieval": 120.0 * 1.4, "model_call": 800.0 * 0.75, "prefetch": 300.0}}
     found = compare(_traffic(1, 600, MEDIANS), _traffic(2, 600, after_medians), stages=STAGES)
     model, retrieval = found.row("model_call"), found.row("retrieval")
-    assert model.change is not None and retrieval.change is not None
-    assert model.verdict == "faster" and retrieval.verdict == "slower"
+    assert model.change is not None
+    assert retrieval.change is not None
+    assert model.verdict == "faster"
+    assert retrieval.verdict == "slower"
     # The medians of log-normal times are the planted medians: the true change of the p50.
     assert model.change.low <= 800.0 * 0.75 - 800.0 <= model.change.high
     assert retrieval.change.low <= 120.0 * 1.4 - 120.0 <= retrieval.change.high
     assert found.row("prefetch").verdict == "no change"
-    assert model.reached_end_to_end is True and retrieval.reached_end_to_end is True
+    assert model.reached_end_to_end is True
+    assert retrieval.reached_end_to_end is True
     assert found.end_to_end_verdict == "faster"
     # The model call moved the end to end most; beside a shorter model call, prefetch is critical more often.
-    assert [row.stage for row in found.moved()][0] == "model_call"
+    assert next(row.stage for row in found.moved()) == "model_call"
     assert {row.stage for row in found.moved()} == {"model_call", "retrieval", "prefetch"}
     assert found.row("prefetch").critical_change is not None
     assert found.row("prefetch").critical_change.verdict == "slower"
     per_model = found.row("model_call", model="gpt-4o-mini")
-    assert per_model.verdict == "faster" and per_model.change is not None
+    assert per_model.verdict == "faster"
+    assert per_model.change is not None
     assert per_model.change.low <= -200.0 <= per_model.change.high
 
 
@@ -107,7 +115,8 @@ def test_a_faster_stage_off_the_critical_path_does_not_move_the_end_to_end_time(
     assert prefetch.reached_end_to_end is False
     assert found.not_reached() == [prefetch]
     assert found.end_to_end_verdict == "no change"
-    assert prefetch.critical_before is not None and prefetch.critical_before < 0.01
+    assert prefetch.critical_before is not None
+    assert prefetch.critical_before < 0.01
 
 
 def test_a_mix_shift_with_no_stage_change_is_not_called_a_regression() -> None:
@@ -121,7 +130,8 @@ def test_a_mix_shift_with_no_stage_change_is_not_called_a_regression() -> None:
     found = compare(before, after, stages=STAGES, profiles=("default", "research"))
     assert found.mix.profiles_shifted
     assert found.end_to_end.verdict == "slower"  # as measured: more slow requests
-    assert found.reweighted is not None and found.reweighted.verdict == "no change"
+    assert found.reweighted is not None
+    assert found.reweighted.verdict == "no change"
     assert found.end_to_end_verdict == "no change"
     assert [row for row in found.rows if row.verdict not in (None, "no change")] == []
 
@@ -186,7 +196,9 @@ def test_weighted_percentile_of_equal_weights_is_an_order_statistic() -> None:
 def test_rows_are_within_profile_and_the_end_to_end_counts_every_request() -> None:
     """Each profile has its own stage rows and total; the end to end row holds every request of a side."""
     medians = {"default": MEDIANS["default"], "research": MEDIANS["default"]}
-    found = compare(_traffic(11, 60, medians), _traffic(12, 80, medians), stages=STAGES, profiles=("default", "research"))
+    found = compare(
+        _traffic(11, 60, medians), _traffic(12, 80, medians), stages=STAGES, profiles=("default", "research")
+    )
     assert {(r.profile, r.stage) for r in found.rows if r.model is None} == {
         (p, s) for p in ("default", "research") for s in (*STAGES, "total")
     }

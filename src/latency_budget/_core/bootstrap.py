@@ -1,5 +1,11 @@
-"""Two samples compared: seeded bootstrap errors for percentile differences, Welch errors for means,
-and a test of whether two mixes of strata differ.
+"""Two samples compared: seeded bootstrap intervals for percentile differences, Welch intervals for
+means, and a test of whether two mixes of strata differ.
+
+A percentile difference's interval is the percentile interval of its bootstrap draws: the
+draws' own quantiles, not a normal law around them, because a percentile's sampling law is
+lumpy where the values are (a stage whose time is one call or two has a median that jumps
+between them), and at the tails that many simultaneous intervals reach a normal law
+understates it.
 
 The bootstrap never builds a resample. A resample's order statistics have a known law: the
 k-th smallest of n uniform draws is Beta(k, n - k + 1), and, given it, the next one lies
@@ -29,7 +35,7 @@ __all__ = [
     "mix_test",
     "percentile_difference",
     "percentile_draws",
-    "simultaneous_z",
+    "simultaneous_alpha",
     "sorted_percentile",
     "weighted_percentile",
     "weighted_percentile_difference",
@@ -42,20 +48,28 @@ MAX_WEIGHTED_POINTS = 2_000  # values per side a reweighted percentile's bootstr
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """A difference (after minus before) and its standard error, before an interval is set on it."""
+    """A difference (after minus before), before an interval is set on it: with its bootstrap draws
+    (sorted) the interval is theirs, else (``draws`` empty) ``value`` plus and minus z standard errors."""
 
     value: float
     se: float
+    draws: tuple[float, ...] = ()
 
-    def interval(self, z: float) -> tuple[float, float]:
-        """``value`` plus and minus ``z`` standard errors."""
+    def interval(self, alpha: float) -> tuple[float, float]:
+        """The two-sided interval that misses the truth with probability ``alpha``.
+
+        From draws: the percentile interval, their ``alpha / 2`` and ``1 - alpha / 2`` quantiles
+        (past the last draw's share, the extreme draw). Without: the normal interval.
+        """
+        if self.draws:
+            return sorted_percentile(self.draws, 50 * alpha), sorted_percentile(self.draws, 100 - 50 * alpha)
+        z = NormalDist().inv_cdf(1 - alpha / 2)
         return self.value - z * self.se, self.value + z * self.se
 
 
-def simultaneous_z(tests: int, level: float = 0.95) -> float:
-    """The normal quantile that makes ``tests`` two-sided intervals hold together at ``level`` (Bonferroni)."""
-    alpha = (1 - level) / max(1, tests)
-    return NormalDist().inv_cdf(1 - alpha / 2)
+def simultaneous_alpha(tests: int, level: float = 0.95) -> float:
+    """Each interval's miss rate that makes ``tests`` of them hold together at ``level`` (Bonferroni)."""
+    return (1 - level) / max(1, tests)
 
 
 def sorted_percentile(ordered: Sequence[float], q: float) -> float:
@@ -110,7 +124,8 @@ def percentile_difference(
     draws_before = percentile_draws(before, q, resamples, rng)
     draws_after = percentile_draws(after, q, resamples, rng)
     value = sorted_percentile(after, q) - sorted_percentile(before, q)
-    return Estimate(value, _stdev([a - b for a, b in zip(draws_after, draws_before, strict=True)]))
+    differences = sorted(a - b for a, b in zip(draws_after, draws_before, strict=True))
+    return Estimate(value, _stdev(differences), tuple(differences))
 
 
 def mean_difference(before: Sequence[float], after: Sequence[float]) -> Estimate:
@@ -179,11 +194,10 @@ def weighted_percentile_difference(
     differences: list[float] = []
     for _ in range(resamples):
         drawn_before = sorted((v, 1.0) for n in names for v in choices(thin_before[n], k=len(thin_before[n])))
-        drawn_after = sorted(
-            (v, thin_weights[n]) for n in names for v in choices(thin_after[n], k=len(thin_after[n]))
-        )
+        drawn_after = sorted((v, thin_weights[n]) for n in names for v in choices(thin_after[n], k=len(thin_after[n])))
         differences.append(weighted_percentile(drawn_after, q) - weighted_percentile(drawn_before, q))
-    return Estimate(value, _stdev(differences))
+    differences.sort()
+    return Estimate(value, _stdev(differences), tuple(differences))
 
 
 def mix_test(before: Mapping[str, int], after: Mapping[str, int]) -> float:

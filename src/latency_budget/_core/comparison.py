@@ -30,7 +30,7 @@ from latency_budget._core.bootstrap import (
     mean_difference,
     mix_test,
     percentile_difference,
-    simultaneous_z,
+    simultaneous_alpha,
     sorted_percentile,
     weighted_percentile_difference,
 )
@@ -47,6 +47,7 @@ __all__ = [
     "Side",
     "Verdict",
     "compare",
+    "wait_for_text",
 ]
 
 ALL_PROFILES = "*"  # the end-to-end row's profile: every request
@@ -113,10 +114,12 @@ class Row:
     """One profile's stage (or ``total``), or one model's calls in a stage, before and after.
 
     ``before`` and ``after`` are the stage's time in each request where it ran (a model
-    row: each call's duration); ``change`` is the percentile's change, ``None`` when a side
-    has fewer than :data:`MIN_SAMPLE` values. ``calls_*`` are the calls per request where it
+    row: in each request that called the model in the stage, the mean duration of those
+    calls); ``change`` is the percentile's change, ``None`` when a side has fewer than
+    :data:`MIN_SAMPLE` values. ``calls_*`` are the calls per request where it
     ran; ``critical_*`` the stage's share of the requests' critical path and
-    ``critical_change`` the change of its mean critical-path time per request.
+    ``critical_change`` the change of its mean critical-path time per request. A total's
+    ``first_token_*`` is the user's wait for text (:func:`wait_for_text`), in every request.
     """
 
     profile: str
@@ -223,7 +226,9 @@ class Comparison:
 
     def moved(self) -> list[Row]:
         """Stage rows whose critical-path time demonstrably changed, largest change first."""
-        found = [r for r in self.stage_rows if r.critical_change is not None and r.critical_change.verdict != "no change"]
+        found = [
+            r for r in self.stage_rows if r.critical_change is not None and r.critical_change.verdict != "no change"
+        ]
         return sorted(found, key=lambda r: -abs(r.critical_change.value if r.critical_change else 0.0))
 
     def not_reached(self) -> list[Row]:
@@ -273,8 +278,7 @@ def _gather(reports: Iterable[TraceReport]) -> _Gathered:
         profiles[profile] = profiles.get(profile, 0) + 1
         totals[profile] = totals.get(profile, 0.0) + report.total_actual_ms
         actual.setdefault((profile, TOTAL, None), []).append(report.total_actual_ms)
-        if report.first_token_ms is not None:
-            first_token.setdefault((profile, TOTAL, None), []).append(report.first_token_ms)
+        first_token.setdefault((profile, TOTAL, None), []).append(wait_for_text(report))
         for stage in report.stages:
             key = (profile, stage.stage)
             critical.setdefault(key, []).append(stage.critical_ms or 0.0)
@@ -284,22 +288,32 @@ def _gather(reports: Iterable[TraceReport]) -> _Gathered:
             calls.setdefault(key, []).append(stage.count)
             if stage.first_token_ms is not None:
                 first_token.setdefault((profile, stage.stage, None), []).append(stage.first_token_ms)
-        called: set[str] = set()
+        # A model's calls in one request are alike (one context, one answer's length): its row takes
+        # one value per request, the mean of those calls, so that the bootstrap resamples independent values.
+        durations: dict[tuple[str, str, str | None], list[float]] = {}
+        first_tokens: dict[tuple[str, str, str | None], list[float]] = {}
         for call in report.calls:
             if call.model is None:
                 continue
-            called.add(call.model)
-            model_key = (profile, call.stage, call.model)
-            actual.setdefault(model_key, []).append(call.duration_ns / 1e6)
+            model_key: tuple[str, str, str | None] = (profile, call.stage, call.model)
+            durations.setdefault(model_key, []).append(call.duration_ns / 1e6)
             if call.first_token_ns is not None:
-                first_token.setdefault(model_key, []).append(call.first_token_ns / 1e6)
+                first_tokens.setdefault(model_key, []).append(call.first_token_ns / 1e6)
+        for found_key, values in durations.items():
+            actual.setdefault(found_key, []).append(sum(values) / len(values))
+        for found_key, values in first_tokens.items():
+            first_token.setdefault(found_key, []).append(sum(values) / len(values))
+        called = {model for _, _, model in durations if model is not None}
         model_set = "+".join(sorted(called)) or "(no model)"
         models[model_set] = models.get(model_set, 0) + 1
         strata.setdefault(f"{profile}/{model_set}", []).append(report.total_actual_ms)
         by_profile.setdefault(profile, []).append(report.total_actual_ms)
-    return _Gathered(
-        requests, actual, first_token, calls, critical, totals, profiles, models, strata, by_profile
-    )
+    return _Gathered(requests, actual, first_token, calls, critical, totals, profiles, models, strata, by_profile)
+
+
+def wait_for_text(report: TraceReport) -> float:
+    """What the user waited for text: the first token, or the whole response when nothing streamed."""
+    return report.first_token_ms if report.first_token_ms is not None else report.total_actual_ms
 
 
 def _sorted(values: Sequence[float] | None) -> tuple[float, ...]:
@@ -324,8 +338,10 @@ def compare(
     generator seeded by ``seed`` and the row, so a row's interval does not depend on the others.
     """
     one, two = _gather(before), _gather(after)
-    assert one.actual is not None and two.actual is not None
-    assert one.first_token is not None and two.first_token is not None
+    assert one.actual is not None
+    assert two.actual is not None
+    assert one.first_token is not None
+    assert two.first_token is not None
     seen_profiles = [*profiles, *(p for p in {**(one.profiles or {}), **(two.profiles or {})} if p not in profiles)]
     present = [p for p in seen_profiles if (one.profiles or {}).get(p) or (two.profiles or {}).get(p)]
     keys: list[tuple[str, str, str | None]] = []
@@ -371,27 +387,25 @@ def compare(
     if mix.shifted and len(one_all) >= MIN_SAMPLE and len(two_all) >= MIN_SAMPLE:
         strata_one, strata_two = _strata(one, two, mix)
         rng = random.Random(f"{seed}/reweighted")
-        found = weighted_percentile_difference(
-            strata_one, strata_two, percentile, resamples=resamples, rng=rng
-        )
+        found = weighted_percentile_difference(strata_one, strata_two, percentile, resamples=resamples, rng=rng)
         reweighted_estimate = found, sorted_percentile(one_all, percentile)
 
     critical: dict[tuple[str, str], Estimate] = {}
     for profile, stage, model in keys:
         if model is not None or stage == TOTAL:
             continue
-        first = (one.critical or {}).get((profile, stage), [])
-        second = (two.critical or {}).get((profile, stage), [])
-        if len(first) >= 2 and len(second) >= 2:
-            critical[profile, stage] = mean_difference(first, second)
+        spent_one = (one.critical or {}).get((profile, stage), [])
+        spent_two = (two.critical or {}).get((profile, stage), [])
+        if len(spent_one) >= 2 and len(spent_two) >= 2:
+            critical[profile, stage] = mean_difference(spent_one, spent_two)
 
     tests = sum(found is not None for found in estimates.values()) + (reweighted_estimate is not None)
-    z = simultaneous_z(tests + len(critical), level)
+    alpha = simultaneous_alpha(tests + len(critical), level)
 
     def change(found: tuple[Estimate, float] | None) -> Change | None:
         if found is None:
             return None
-        low, high = found[0].interval(z)
+        low, high = found[0].interval(alpha)
         return Change(found[0].value, low, high, found[1])
 
     def row(key: tuple[str, str, str | None]) -> Row:
@@ -409,7 +423,7 @@ def compare(
             found = critical.get((profile, stage))
             if found is not None:
                 first = (one.critical or {}).get((profile, stage), [])
-                low, high = found.interval(z)
+                low, high = found.interval(alpha)
                 extra["critical_change"] = Change(found.value, low, high, sum(first) / len(first))
         return Row(
             profile,

@@ -48,6 +48,7 @@ __all__ = [
     "DEMO_LABEL",
     "Recorded",
     "add_budgets_argument",
+    "add_limit_arguments",
     "add_trace_arguments",
     "load_config",
     "load_recorded",
@@ -92,6 +93,12 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = Tru
         default=30.0,
         help="deadline for Jaeger's whole answer, connection included (default: 30)",
     )
+    add_limit_arguments(parser, streamed=streamed)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
+    """The limits on the input: ``--max-input-size``, ``--max-line-size``, ``--max-json-depth``,
+    ``--max-spans`` and ``--window``."""
     bounds = parser.add_argument_group("limits on the input (see docs/reliability.md)")
     defaults = InputLimits()
     max_spans = STREAMED_MAX_SPANS if streamed else defaults.max_spans
@@ -437,7 +444,13 @@ def load_traces(args: argparse.Namespace) -> TraceSet:
         if not args.service:
             raise CliError("--jaeger needs --service NAME (the service whose traces to check)")
         traces = read_jaeger(
-            args.jaeger, args.service, args.lookback, limit=args.limit, timeout_s=args.timeout, limits=limits
+            args.jaeger,
+            args.service,
+            args.lookback,
+            limit=args.limit,
+            timeout_s=args.timeout,
+            limits=limits,
+            until=getattr(args, "until", None),
         )
         if not traces.spans:
             raise CliError(f"{traces.sources[0]}: Jaeger returned no traces")

@@ -1,0 +1,241 @@
+"""``latency-budget compare``: planted recordings before and after, read as report reads them, and the CI gate.
+
+The recordings are OTLP JSON lines written here from seeded log-normal stage times with
+explicit timestamps: each request is a server span around a retrieval, then a chat call
+with a ``prefetch`` beside it (shorter than the call, so off the critical path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from latency_budget.cli import main
+
+from .conftest import assert_one_line_error, run_cli
+
+BUDGETS = """\
+version: 1
+requests: all
+stages:
+  retrieval:
+    match: {name: "retrieve *"}
+  model_call: {}
+  prefetch:
+    match: {name: "prefetch *"}
+"""
+MEDIANS = {"retrieval": 120.0, "model_call": 800.0, "prefetch": 300.0}
+START_NS = 1_700_000_000_000_000_000
+
+
+def _attributes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def value(v: Any) -> dict[str, Any]:
+        if isinstance(v, bool):
+            return {"boolValue": v}
+        if isinstance(v, int):
+            return {"intValue": str(v)}
+        return {"stringValue": str(v)}
+
+    return [{"key": k, "value": value(v)} for k, v in values.items()]
+
+
+def _span(trace: str, span: int, parent: int | None, name: str, start: int, end: int, **attrs: Any) -> dict[str, Any]:
+    found = {
+        "traceId": trace,
+        "spanId": f"{span:016x}",
+        "name": name,
+        "kind": 2 if parent is None else 1,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(end),
+        "attributes": _attributes(attrs),
+    }
+    if parent is not None:
+        found["parentSpanId"] = f"{parent:016x}"
+    return found
+
+
+def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float]) -> Path:
+    """``n`` requests, one OTLP JSON line each, stage times drawn from log-normals around ``medians``."""
+    rng = random.Random(seed)
+    lines = []
+    for index in range(n):
+        retrieval, model_call, prefetch = (medians[s] * math.exp(rng.gauss(0, 0.3)) for s in MEDIANS)
+        begin = START_NS + index * 10_000_000_000
+        ms = 1_000_000
+        trace = f"{seed:08x}{index:024x}"
+        t1 = begin + round(retrieval * ms)
+        call_end = t1 + round(model_call * ms)
+        prefetch_end = t1 + round(prefetch * ms)
+        end = max(call_end, prefetch_end) + 2 * ms
+        spans = [
+            _span(trace, 1, None, "POST /chat", begin, end),
+            _span(trace, 2, 1, "retrieve documents", begin, t1),
+            _span(
+                trace,
+                3,
+                1,
+                "chat gpt-4o-mini",
+                t1,
+                call_end,
+                **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"},
+            ),
+            _span(trace, 4, 1, "prefetch profile", t1, prefetch_end),
+        ]
+        document = {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": _attributes({"service.name": "planted"})},
+                    "scopeSpans": [{"scope": {"name": "planted"}, "spans": spans}],
+                }
+            ]
+        }
+        lines.append(json.dumps(document))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Budgets, a before recording, and an after one: model call 25% faster, retrieval 40% slower, prefetch halved."""
+    folder = tmp_path_factory.mktemp("compare")
+    budgets = folder / "budgets.yaml"
+    budgets.write_text(BUDGETS, encoding="utf-8")
+    after = {"retrieval": 120.0 * 1.4, "model_call": 800.0 * 0.75, "prefetch": 150.0}
+    return {
+        "budgets": budgets,
+        "before": write_recording(folder / "before.jsonl", 1, 400, MEDIANS),
+        "after": write_recording(folder / "after.jsonl", 2, 400, after),
+        "same": write_recording(folder / "same.jsonl", 3, 400, MEDIANS),
+    }
+
+
+def _main(*argv: str | Path, stdin: str | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def _json(planted: Mapping[str, Path], before: str, after: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = _main("compare", planted[before], planted[after], "-b", planted["budgets"], "-f", "json", *extra)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def _row(document: Mapping[str, Any], stage: str, model: str | None = None) -> dict[str, Any]:
+    return next(r for r in document["rows"] if r["stage"] == stage and r["model"] == model)
+
+
+def test_planted_changes_are_found_with_their_sign_and_within_their_intervals(planted: dict[str, Path]) -> None:
+    """From two recordings: model call faster, retrieval slower, each interval holding the planted p50 change."""
+    code, document = _json(planted, "before", "after")
+    assert code == 0
+    model, retrieval = _row(document, "model_call"), _row(document, "retrieval")
+    assert model["verdict"] == "faster"
+    assert retrieval["verdict"] == "slower"
+    assert model["change"]["low_ms"] <= -200.0 <= model["change"]["high_ms"]
+    assert retrieval["change"]["low_ms"] <= 48.0 <= retrieval["change"]["high_ms"]
+    assert document["end_to_end"]["verdict"] == "faster"
+    assert document["statistics"]["resamples"] == 2000
+    assert document["statistics"]["seed"] == 0
+
+
+def test_a_faster_stage_off_the_critical_path_is_reported_as_not_moving_the_end_to_end(
+    planted: dict[str, Path],
+) -> None:
+    """Prefetch halved beside a longer model call: faster, not reaching the end to end, said in the headline."""
+    _code, document = _json(planted, "before", "after")
+    prefetch = _row(document, "prefetch")
+    assert prefetch["verdict"] == "faster"
+    assert prefetch["reached_end_to_end"] is False
+    assert any(
+        line.startswith("Did not reach the end to end time") and "prefetch" in line for line in document["headline"]
+    )
+
+
+def test_two_samples_of_the_same_traffic_show_no_change(planted: dict[str, Path]) -> None:
+    """Before against a second sample of the same traffic: every verdict is no change, exit 0 under a gate."""
+    code, document = _json(planted, "before", "same", "--max-regression", "5%")
+    assert code == 0
+    assert {row["verdict"] for row in document["rows"]} == {"no change"}
+    assert document["end_to_end"]["verdict"] == "no change"
+    assert document["gate"]["passed"] is True
+
+
+def test_max_regression_fails_a_slower_stage_with_exit_1(planted: dict[str, Path]) -> None:
+    """--max-regression retrieval=10% fails on a 40% slower retrieval (exit 1) and names it; 60% passes."""
+    code, out, _ = _main(
+        "compare", planted["before"], planted["after"], "-b", planted["budgets"], "--max-regression", "retrieval=10%"
+    )
+    assert code == 1
+    assert "Gate: FAILED at p50:" in out
+    assert "- retrieval=10%: profile default, +" in out
+    code, out, _ = _main(
+        "compare", planted["before"], planted["after"], "-b", planted["budgets"], "--max-regression", "retrieval=60%"
+    )
+    assert code == 0
+    assert "Gate: passed (retrieval=60% at p50)." in out
+
+
+def test_max_regression_of_the_end_to_end_in_ms(planted: dict[str, Path]) -> None:
+    """A bare limit is the end to end's: the after side against the before side fails where it is slower."""
+    code, _, _ = _main(
+        "compare", planted["after"], planted["before"], "-b", planted["budgets"], "--max-regression", "50ms"
+    )
+    assert code == 1  # reversed: before is the faster recording, so end to end is slower by about 140ms
+    code, _, _ = _main(
+        "compare", planted["before"], planted["after"], "-b", planted["budgets"], "--max-regression", "50ms"
+    )
+    assert code == 0
+
+
+def test_one_side_reads_standard_input(planted: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """'-' reads a side from standard input and compares as the file would."""
+    text = planted["after"].read_bytes()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text)))
+    code, out, err = _main("compare", planted["before"], "-", "-b", planted["budgets"], "-f", "json")
+    assert code == 0, err
+    assert _row(json.loads(out), "model_call")["verdict"] == "faster"
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["-", "-"], "only one side can read standard input"),
+        (["{before}", "{after}", "--max-regression", "nowhere=10%"], "no stage 'nowhere'"),
+        (["{before}", "{after}", "--max-regression", "ten"], "expected [STAGE=]LIMIT"),
+        (["{before}", "{after}", "--resamples", "5"], "expected 100 to 100,000 resamples"),
+        (["{before}", "{missing}"], "cannot read"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(planted: dict[str, Path], argv: list[str], fragment: str) -> None:
+    """Bad options and unreadable sides are one line on standard error, exit 2."""
+    names = {**{k: str(v) for k, v in planted.items()}, "missing": str(planted["before"]) + ".missing"}
+    result = run_cli("compare", *(a.format(**names) for a in argv), "-b", planted["budgets"])
+    assert result.returncode == 2
+    assert_one_line_error(result, fragment)
+
+
+def test_markdown_and_html_outputs(planted: dict[str, Path], tmp_path: Path) -> None:
+    """Markdown gives the table and headline; --html overlays before (outline) and after (bars) per stage."""
+    page = tmp_path / "compare.html"
+    code, out, err = _main(
+        "compare", planted["before"], planted["after"], "-b", planted["budgets"], "-f", "markdown", "--html", page
+    )
+    assert code == 0, err
+    assert out.startswith("### Before against after")
+    assert "| default | `model_call` | 400 → 400 |" in out
+    html = page.read_text(encoding="utf-8")
+    assert "Content-Security-Policy" in html
+    assert "<script" not in html
+    cards = html.split('class="row-card')[1:]
+    assert len(cards) == 5  # end to end, three stages, the model's calls
+    assert all('class="before"' in card and 'class="after"' in card for card in cards)
