@@ -239,3 +239,21 @@ def test_markdown_and_html_outputs(planted: dict[str, Path], tmp_path: Path) -> 
     cards = html.split('class="row-card')[1:]
     assert len(cards) == 5  # end to end, three stages, the model's calls
     assert all('class="before"' in card and 'class="after"' in card for card in cards)
+
+
+def test_the_readme_quotes_a_compare_of_the_demo_before_and_after_streaming(tmp_path: Path) -> None:
+    """The README's commands, run again: each line of its abridged compare output is printed, in that order."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Did the change win the time back: `latency-budget compare`", 1)[1]
+    commands = section.split("```bash\n", 1)[1].split("\n```", 1)[0].splitlines()
+    quoted = section.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
+    assert [c.split()[:2] for c in commands] == [["latency-budget", "demo"]] * 2 + [["latency-budget", "compare"]]
+    for command in commands[:2]:
+        result = run_cli(*command.split()[1:], cwd=tmp_path, timeout=300)
+        assert result.returncode == 0, result.stderr
+    result = run_cli(*commands[2].split()[1:], cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    printed = iter(result.stdout.splitlines())
+    missing = [line for line in quoted if line != "..." and not any(line == out for out in printed)]
+    assert missing == []
+    assert len([line for line in quoted if line != "..."]) >= 8

@@ -107,7 +107,8 @@ def register(commands: Any) -> None:
         description=_DESCRIPTION,
         epilog=example_epilog(
             "latency-budget compare before.jsonl after.jsonl -b budgets.yaml",
-            "latency-budget compare before.jsonl after.jsonl --max-regression 10% --max-regression model_call=200ms",
+            "latency-budget compare before.jsonl after.jsonl --max-regression 10%",
+            "latency-budget compare before.jsonl after.jsonl -p p95 --max-regression model_call=200ms",
             "latency-budget compare before.jsonl after.jsonl --format markdown --html compare.html",
             "latency-budget compare --jaeger http://localhost:16686 --service support-assistant 2h..1h 1h..now",
         ),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from latency_budget._core.comparison import ALL_PROFILES, VERDICTS, Change, Comparison, Mix, Row, Side
-from latency_budget._core.report import format_ms
+from latency_budget._core.report import TOTAL, format_ms
 from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
 
@@ -63,6 +63,22 @@ def _pair(before: float | None, after: float | None) -> str:
     return f"{format_ms(before)} → {format_ms(after)}"
 
 
+def _number(value: float | None, *, sign: bool = False) -> str:
+    """A table's millisecond figure without its unit: whole ms from 100 up, else one decimal."""
+    if value is None:
+        return "-"
+    text = f"{abs(value):,.0f}" if abs(value) >= 100 else f"{abs(value):.1f}".rstrip("0").rstrip(".")
+    if text == "0":
+        return text
+    return ("+" if value > 0 else "-") + text if sign else ("-" + text if value < 0 else text)
+
+
+def _numbers(before: float | None, after: float | None) -> str:
+    if before is None and after is None:
+        return "-"
+    return f"{_number(before)} → {_number(after)}"
+
+
 def _calls(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -74,9 +90,9 @@ def _stage_label(row: Row) -> str:
 def _first_token(row: Row, q: float) -> str:
     if not row.first_token_before.n and not row.first_token_after.n:
         return "-"
-    text = _pair(row.first_token_before.p(q), row.first_token_after.p(q))
+    text = _numbers(row.first_token_before.p(q), row.first_token_after.p(q))
     change = row.first_token_change
-    return text + (f": {VERDICTS[change.verdict]}" if change is not None else "")
+    return text + (f" {change.verdict}" if change is not None and change.verdict != "no change" else "")
 
 
 def _cells(row: Row, q: float) -> list[str]:
@@ -85,9 +101,11 @@ def _cells(row: Row, q: float) -> list[str]:
         "all" if row.profile == ALL_PROFILES else row.profile,
         _stage_label(row),
         f"{row.before.n:,} → {row.after.n:,}",
-        *(_pair(row.before.p(p), row.after.p(p)) for p in QUANTILES),
-        _change(change) if change is not None else "-",
-        _interval(change) if change is not None else "-",
+        *(_numbers(row.before.p(p), row.after.p(p)) for p in QUANTILES),
+        _number(change.value, sign=True) + (f" ({change.percent:+.1f}%)" if change.percent is not None else "")
+        if change is not None
+        else "-",
+        f"{_number(change.low, sign=True)} to {_number(change.high, sign=True)}" if change is not None else "-",
         verdict_text(row),
         _first_token(row, q),
         f"{_calls(row.calls_before)} → {_calls(row.calls_after)}" if row.calls_before or row.calls_after else "-",
@@ -102,17 +120,17 @@ def _header(q: float) -> list[str]:
         "Profile",
         "Stage",
         "Requests",
-        *(f"p{p:g}" for p in QUANTILES),
+        *(f"p{p:g} ms" for p in QUANTILES),
         f"Change at p{q:g}",
         "Interval",
         "Verdict",
-        f"First token (total: wait for text) p{q:g}",
+        f"First token (total: wait) p{q:g}",
         "Calls/request",
         "Critical path",
     ]
 
 
-_RIGHT = (2, 3, 4, 5, 6)
+_RIGHT = (2, 3, 4, 5, 6, 7)
 
 
 def _rows(found: Comparison) -> list[Row]:
@@ -172,6 +190,18 @@ def headline(found: Comparison) -> list[str]:
             f"{_change(first)} ({_interval(first)}): {VERDICTS[first.verdict]}."
         )
     multi = len({row.profile for row in found.rows}) > 1
+    changed = []
+    for row in found.rows:
+        where = f" ({row.profile})" if multi else ""
+        label = row.stage if row.model is None else f"{row.stage} {row.model}"
+        for what, change in ((label, row.change), (_first_token_name(row, label), row.first_token_change)):
+            if change is not None and change.verdict != "no change":
+                changed.append(f"{what}{where} {change.verdict}, {signed_ms(change.value)}")
+    lines.append(
+        f"Changed at p{q:g}: " + "; ".join(changed) + "."
+        if changed
+        else f"No stage, model or total changed at p{q:g} that the data can show."
+    )
     moved = found.moved()
     if moved:
         parts = []
@@ -205,6 +235,10 @@ def headline(found: Comparison) -> list[str]:
         "critical-path changes are of the mean, with Welch's interval."
     )
     return lines
+
+
+def _first_token_name(row: Row, label: str) -> str:
+    return "wait for text" if row.stage == TOTAL and row.model is None else f"{label} first token"
 
 
 def _applied_lines(applied: list[Applied]) -> list[str]:
