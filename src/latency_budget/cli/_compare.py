@@ -24,7 +24,7 @@ from ._levers import analyse_levers
 from ._output import emit, write_file, wrote
 from ._recorded import Recorded, add_budgets_argument, add_limit_arguments, load_recorded, percentile_arg, positive_int
 
-__all__ = ["Limit", "gate", "register"]
+__all__ = ["Limit", "gate", "parse_limit", "register"]
 
 MAX_RESAMPLES = 100_000
 
@@ -75,14 +75,22 @@ class Limit:
 _LIMIT = re.compile(r"(?:(?P<stage>[^=]+)=)?(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>ms|%)")
 
 
-def _limit(text: str) -> Limit:
+def parse_limit(text: str) -> Limit:
+    """``[STAGE=]LIMIT`` (``10%``, ``50ms``, ``model_call=200ms``): ``ValueError`` when it is not one."""
     match = _LIMIT.fullmatch(text.strip())
     if match is None:
-        raise argparse.ArgumentTypeError(
-            f"expected [STAGE=]LIMIT with LIMIT in ms or percent, like 10%%, 50ms or model_call=200ms, got {text!r}"
+        raise ValueError(
+            f"expected [STAGE=]LIMIT with LIMIT in ms or percent, like 10%, 50ms or model_call=200ms, got {text!r}"
         )
     stage = (match.group("stage") or TOTAL).strip()
     return Limit(stage, float(match.group("amount")), match.group("unit"))  # type: ignore[arg-type]
+
+
+def _limit(text: str) -> Limit:
+    try:
+        return parse_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _resamples(text: str) -> int:

@@ -50,6 +50,7 @@ __all__ = [
     "add_budgets_argument",
     "add_limit_arguments",
     "add_trace_arguments",
+    "judge_recording",
     "load_config",
     "load_recorded",
     "load_traces",
@@ -388,6 +389,27 @@ def _judge_files(
             f"(first at {window.first_late}); raise --window to judge them together"
         )
     return traces, [report for *_, report in judged]
+
+
+def judge_recording(paths: list[str], config: BudgetConfig) -> list[TraceReport]:
+    """The judged requests of recordings, read as ``report`` reads them, by ``config`` (the testing helpers').
+
+    Unusable input raises ``ValueError`` with the one line the CLI would print.
+    """
+    defaults = InputLimits()
+    args = argparse.Namespace(
+        traces=paths,
+        service=None,
+        window=DEFAULT_WINDOW,
+        max_input_size=defaults.max_bytes,
+        max_line_size=defaults.max_line_bytes,
+        max_json_depth=defaults.max_depth,
+        max_spans=STREAMED_MAX_SPANS,
+    )
+    try:
+        return _judge_files(args, config)[1]
+    except CliError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _first_batch(batches: Iterator[list[ParsedSpan]]) -> list[ParsedSpan]:
