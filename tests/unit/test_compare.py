@@ -16,7 +16,10 @@ import pytest
 from latency_budget._core.bootstrap import percentile_draws, sorted_percentile, weighted_percentile
 from latency_budget._core.call_facts import Call
 from latency_budget._core.comparison import ALL_PROFILES, Comparison, compare
+from latency_budget._core.quality import CallQuality, Evaluation
 from latency_budget._core.report import StageReport, TraceReport
+from latency_budget.cli._compare import parse_quality_limit, quality_gate
+from latency_budget.cli._compare_output import headline, verdict_text
 
 STAGES = ("retrieval", "model_call", "prefetch")
 # Median ms of each stage per profile; the spread (sigma of the log) is SIGMA.
@@ -25,7 +28,12 @@ SIGMA = 0.3
 
 
 def _request(
-    rng: random.Random, profile: str, medians: Mapping[str, float], *, model: str = "gpt-4o-mini"
+    rng: random.Random,
+    profile: str,
+    medians: Mapping[str, float],
+    *,
+    model: str = "gpt-4o-mini",
+    quality: tuple[float, float] | None = None,
 ) -> TraceReport:
     """One request: retrieval then the model call, the prefetch beside the model call (critical only past it)."""
     retrieval, model_call, prefetch = (medians[s] * math.exp(rng.gauss(0, SIGMA)) for s in STAGES)
@@ -46,20 +54,29 @@ def _request(
         StageReport("prefetch", None, prefetch, prefetch, 1, critical_ms=prefetch if prefetch > model_call else 0.0),
     )
     start = round(retrieval * 1e6)
+    evidence = None
+    if quality is not None:  # (error rate, mean relevance score): what the quality reader would have joined
+        error_rate, relevance = quality
+        score = min(1.0, max(0.0, rng.gauss(relevance, 0.1)))
+        evidence = CallQuality((Evaluation("relevance", score, None),), error=rng.random() < error_rate)
     call = Call(
         1, "model_call", start, start + round(model_call * 1e6), round(0.25 * model_call * 1e6), model,
-        model, "openai", True, True, False, 100, 50, None, model,
+        model, "openai", True, True, False, 100, 50, None, model, quality=evidence,
     )  # fmt: skip
     return TraceReport(profile, stages, None, total, (), first_token_ms=first_token, calls=(call,))
 
 
 def _traffic(
-    seed: int, n: int, medians: Mapping[str, Mapping[str, float]], shares: Mapping[str, float] | None = None
+    seed: int,
+    n: int,
+    medians: Mapping[str, Mapping[str, float]],
+    shares: Mapping[str, float] | None = None,
+    quality: tuple[float, float] | None = None,
 ) -> list[TraceReport]:
     rng = random.Random(seed)
     names = list(medians)
     weights = [(shares or {}).get(name, 1.0) for name in names]
-    return [_request(rng, profile, medians[profile]) for profile in rng.choices(names, weights, k=n)]
+    return [_request(rng, p, medians[p], quality=quality) for p in rng.choices(names, weights, k=n)]
 
 
 def _changes(found: Comparison) -> list[str]:
@@ -204,3 +221,34 @@ def test_rows_are_within_profile_and_the_end_to_end_counts_every_request() -> No
     }
     assert found.end_to_end.profile == ALL_PROFILES
     assert (found.end_to_end.before.n, found.end_to_end.after.n) == (60, 80)
+
+
+def test_a_faster_stage_with_worse_answers_is_marked_as_no_plain_win() -> None:
+    """Model call faster, but errors 2% → 20% and relevance 0.8 → 0.6: faster, but worse answers, in row and headline."""
+    after_medians = {"default": {"retrieval": 120.0, "model_call": 600.0, "prefetch": 300.0}}
+    before = _traffic(21, 400, MEDIANS, quality=(0.02, 0.8))
+    after = _traffic(22, 400, after_medians, quality=(0.2, 0.6))
+    found = compare(before, after, stages=STAGES)
+    model = found.row("model_call")
+    assert model.verdict == "faster"
+    assert {q.metric for q in model.worse_quality} == {"errors", "score: relevance"}
+    errors = next(q for q in model.quality if q.metric == "errors")
+    assert errors.change.low <= 0.18 <= errors.change.high  # the planted rise of the error rate
+    assert verdict_text(model) == "faster, but worse answers (errors, score: relevance)"
+    assert any(line.startswith("Faster but worse answers, no plain win: model_call:") for line in headline(found))
+    assert [q.metric for _, _, stage, q in quality_gate(found, [parse_quality_limit("model_call=10%")])] == [
+        "errors",
+        "score: relevance",
+    ]
+    assert quality_gate(found, [parse_quality_limit("model_call=30%")]) == []
+
+
+def test_the_same_answers_show_no_quality_change() -> None:
+    """Quality evidence of the same traffic on both sides: measured, and never worse or better."""
+    found = compare(
+        _traffic(23, 300, MEDIANS, quality=(0.05, 0.8)), _traffic(24, 300, MEDIANS, quality=(0.05, 0.8)), stages=STAGES
+    )
+    model = found.row("model_call")
+    assert {q.metric for q in model.quality} == {"errors", "cut or refused", "score: relevance"}
+    assert not any(q.worse or q.better for row in (*found.rows, found.end_to_end) for q in row.quality)
+    assert verdict_text(model) == "no change the data can show"

@@ -34,6 +34,7 @@ from latency_budget._core.bootstrap import (
     sorted_percentile,
     weighted_percentile_difference,
 )
+from latency_budget._core.quality import CallQuality
 from latency_budget._core.report import TOTAL, TraceReport
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "Change",
     "Comparison",
     "Mix",
+    "QualityChange",
     "Row",
     "Side",
     "Verdict",
@@ -109,6 +111,45 @@ class Side:
         return sum(self.values) / len(self.values) if self.values else None
 
 
+QUALITY_RATES: Mapping[str, str] = {  # the rates a request's calls give, each lower-is-better, for people
+    "errors": "requests with a call in error",
+    "blocked": "guarded requests with an answer blocked",
+    "cut or refused": "requests with an answer cut at the length limit or refused by a filter",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class QualityChange:
+    """One quality measure of a row before and after (issue 46's reader fills what it rests on).
+
+    ``metric`` is a rate of :data:`QUALITY_RATES` (the share of requests, lower is better) or
+    ``score: NAME``, an evaluation's mean score (each request's mean over its calls; higher
+    is taken as better). ``change`` is after minus before, with Welch's interval.
+    """
+
+    metric: str
+    before: float
+    after: float
+    n_before: int
+    n_after: int
+    change: Change
+
+    @property
+    def higher_is_better(self) -> bool:
+        """Scores: higher is better; rates: lower is."""
+        return self.metric.startswith("score: ")
+
+    @property
+    def worse(self) -> bool:
+        """Whether the interval says the answers got worse."""
+        return self.change.high < 0 if self.higher_is_better else self.change.low > 0
+
+    @property
+    def better(self) -> bool:
+        """Whether the interval says the answers got better."""
+        return self.change.low > 0 if self.higher_is_better else self.change.high < 0
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """One profile's stage (or ``total``), or one model's calls in a stage, before and after.
@@ -120,6 +161,8 @@ class Row:
     ran; ``critical_*`` the stage's share of the requests' critical path and
     ``critical_change`` the change of its mean critical-path time per request. A total's
     ``first_token_*`` is the user's wait for text (:func:`wait_for_text`), in every request.
+    ``quality`` holds what the calls' quality evidence says, where both sides have it
+    (:class:`QualityChange`): a faster row with :attr:`worse_quality` is no plain win.
     """
 
     profile: str
@@ -136,6 +179,12 @@ class Row:
     critical_before: float | None = None
     critical_after: float | None = None
     critical_change: Change | None = None
+    quality: tuple[QualityChange, ...] = ()
+
+    @property
+    def worse_quality(self) -> tuple[QualityChange, ...]:
+        """The quality measures that demonstrably got worse."""
+        return tuple(q for q in self.quality if q.worse)
 
     @property
     def verdict(self) -> Verdict | None:
@@ -259,6 +308,8 @@ class _Gathered:
     models: dict[str, int] | None = None
     strata: dict[str, list[float]] | None = None  # (profile, models) -> end to end times
     by_profile: dict[str, list[float]] | None = None
+    # (profile, stage, model) -> metric -> one value per request whose calls there have quality evidence
+    quality: dict[tuple[str, str, str | None], dict[str, list[float]]] | None = None
 
 
 def _gather(reports: Iterable[TraceReport]) -> _Gathered:
@@ -271,6 +322,7 @@ def _gather(reports: Iterable[TraceReport]) -> _Gathered:
     models: dict[str, int] = {}
     strata: dict[str, list[float]] = {}
     by_profile: dict[str, list[float]] = {}
+    quality: dict[tuple[str, str, str | None], dict[str, list[float]]] = {}
     requests = 0
     for report in reports:
         requests += 1
@@ -304,11 +356,42 @@ def _gather(reports: Iterable[TraceReport]) -> _Gathered:
         for found_key, values in first_tokens.items():
             first_token.setdefault(found_key, []).append(sum(values) / len(values))
         called = {model for _, _, model in durations if model is not None}
+        _gather_quality(report, quality)
         model_set = "+".join(sorted(called)) or "(no model)"
         models[model_set] = models.get(model_set, 0) + 1
         strata.setdefault(f"{profile}/{model_set}", []).append(report.total_actual_ms)
         by_profile.setdefault(profile, []).append(report.total_actual_ms)
-    return _Gathered(requests, actual, first_token, calls, critical, totals, profiles, models, strata, by_profile)
+    return _Gathered(
+        requests, actual, first_token, calls, critical, totals, profiles, models, strata, by_profile, quality
+    )
+
+
+def _gather_quality(report: TraceReport, into: dict[tuple[str, str, str | None], dict[str, list[float]]]) -> None:
+    """One value per metric for each of the request's stages, stage models and total with quality evidence."""
+    groups: dict[tuple[str, str, str | None], list[CallQuality]] = {}
+    for call in report.calls:
+        evidence = call.quality
+        if evidence is None:
+            continue
+        stage_key: tuple[str, str, str | None] = (report.profile, call.stage, None)
+        groups.setdefault(stage_key, []).append(evidence)
+        groups.setdefault((report.profile, TOTAL, None), []).append(evidence)
+        if call.model is not None:
+            groups.setdefault((report.profile, call.stage, call.model), []).append(evidence)
+    for key, found in groups.items():
+        metrics = into.setdefault(key, {})
+        metrics.setdefault("errors", []).append(float(any(q.error for q in found)))
+        metrics.setdefault("cut or refused", []).append(float(any(q.cut or q.refused for q in found)))
+        guarded = [q.blocked for q in found if q.blocked is not None]
+        if guarded:
+            metrics.setdefault("blocked", []).append(float(any(guarded)))
+        scores: dict[str, list[float]] = {}
+        for q in found:
+            for evaluation in q.evaluations:
+                if evaluation.score is not None:
+                    scores.setdefault(evaluation.name, []).append(evaluation.score)
+        for name, values in scores.items():
+            metrics.setdefault(f"score: {name}", []).append(sum(values) / len(values))
 
 
 def wait_for_text(report: TraceReport) -> float:
@@ -399,8 +482,16 @@ def compare(
         if len(spent_one) >= 2 and len(spent_two) >= 2:
             critical[profile, stage] = mean_difference(spent_one, spent_two)
 
+    qualities: dict[tuple[str, str, str | None], list[tuple[str, Estimate, Sequence[float], Sequence[float]]]] = {}
+    for key in [*keys, all_key]:
+        for metric, rated_one, rated_two in _quality_pairs(one, two, key):
+            if len(rated_one) >= MIN_SAMPLE and len(rated_two) >= MIN_SAMPLE:
+                found_mean = mean_difference(rated_one, rated_two)
+                qualities.setdefault(key, []).append((metric, found_mean, rated_one, rated_two))
+    quality_tests = sum(len(found) for found in qualities.values())
+
     tests = sum(found is not None for found in estimates.values()) + (reweighted_estimate is not None)
-    alpha = simultaneous_alpha(tests + len(critical), level)
+    alpha = simultaneous_alpha(tests + len(critical) + quality_tests, level)
 
     def change(found: tuple[Estimate, float] | None) -> Change | None:
         if found is None:
@@ -425,6 +516,13 @@ def compare(
                 first = (one.critical or {}).get((profile, stage), [])
                 low, high = found.interval(alpha)
                 extra["critical_change"] = Change(found.value, low, high, sum(first) / len(first))
+        changes = []
+        for metric, found_quality, rated_one, rated_two in qualities.get(key, []):
+            low, high = found_quality.interval(alpha)
+            mean_one, mean_two = sum(rated_one) / len(rated_one), sum(rated_two) / len(rated_two)
+            change_q = Change(found_quality.value, low, high, mean_one)
+            changes.append(QualityChange(metric, mean_one, mean_two, len(rated_one), len(rated_two), change_q))
+        extra["quality"] = tuple(changes)
         return Row(
             profile,
             stage,
@@ -443,7 +541,7 @@ def compare(
         level=level,
         resamples=resamples,
         seed=seed,
-        tests=tests + len(critical),
+        tests=tests + len(critical) + quality_tests,
         requests_before=one.requests,
         requests_after=two.requests,
         rows=tuple(row(key) for key in keys),
@@ -451,6 +549,26 @@ def compare(
         reweighted=change(reweighted_estimate),
         mix=mix,
     )
+
+
+def _quality_pairs(
+    one: _Gathered, two: _Gathered, key: tuple[str, str, str | None]
+) -> list[tuple[str, list[float], list[float]]]:
+    """Each quality metric of ``key`` on both sides (the end to end's: every profile's total)."""
+
+    def values(side: _Gathered) -> dict[str, list[float]]:
+        found = side.quality or {}
+        if key[0] != ALL_PROFILES:
+            return found.get(key, {})
+        merged: dict[str, list[float]] = {}
+        for (_, stage, model), metrics in found.items():
+            if stage == TOTAL and model is None:
+                for metric, listed in metrics.items():
+                    merged.setdefault(metric, []).extend(listed)
+        return merged
+
+    first, second = values(one), values(two)
+    return [(metric, first[metric], second[metric]) for metric in sorted(set(first) & set(second))]
 
 
 def _share(side: _Gathered, profile: str, stage: str) -> float | None:

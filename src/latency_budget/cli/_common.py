@@ -50,7 +50,7 @@ EXIT_CODES: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = (
             ("check", "an error-level check fails"),
             ("validate", "the budget file is invalid"),
             ("doctor", "it found something the budget file misses"),
-            ("compare", "a --max-regression limit is broken"),
+            ("compare", "a --max-regression or --max-quality-drop limit is broken"),
         ),
     ),
     (

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from latency_budget._core.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from latency_budget._core.comparison import ALL_PROFILES, Change, Comparison, compare
+from latency_budget._core.comparison import ALL_PROFILES, Change, Comparison, QualityChange, compare
 from latency_budget._core.report import TOTAL
 
 from ._applied import Applied, applied_levers
 from ._common import CliError, example_epilog, raw_help, service_name
 from ._compare_html import render_compare_html
-from ._compare_output import compare_json, compare_markdown, compare_table
+from ._compare_output import compare_json, compare_markdown, compare_table, gated_quality, gated_time
 from ._levers import analyse_levers
 from ._output import emit, write_file, wrote
 from ._recorded import Recorded, add_budgets_argument, add_limit_arguments, load_recorded, percentile_arg, positive_int
 
-__all__ = ["Limit", "gate", "parse_limit", "register"]
+__all__ = ["Limit", "QualityLimit", "gate", "parse_limit", "parse_quality_limit", "quality_gate", "register"]
 
 MAX_RESAMPLES = 100_000
 
@@ -169,6 +169,16 @@ def register(commands: Any) -> None:
         "--percentile by more than LIMIT: a percentage (10%%) or milliseconds (50ms); repeatable",
     )
     parser.add_argument(
+        "--max-quality-drop",
+        type=_quality_limit,
+        action="append",
+        default=[],
+        metavar="[STAGE=]N%",
+        help="fail (exit 1) when the answers of STAGE (or of any stage, or end to end) are demonstrably worse "
+        "by more than N: a rate (errors, blocked, cut or refused) up by N percentage points, a mean evaluation "
+        "score down by N%%; needs quality evidence in the recordings; repeatable",
+    )
+    parser.add_argument(
         "--format", "-f", choices=("table", "json", "markdown"), default="table", help="output format (default: table)"
     )
     parser.add_argument(
@@ -208,10 +218,11 @@ def run(args: argparse.Namespace) -> int:
             "give --budgets FILE so that both are judged alike"
         )
     config = before.config
-    for limit in args.max_regression:
-        if limit.stage != TOTAL and limit.stage not in config.stage_names:
+    for limit in (*args.max_regression, *args.max_quality_drop):
+        if limit.stage not in (None, TOTAL) and limit.stage not in config.stage_names:
+            option = "--max-regression" if isinstance(limit, Limit) else "--max-quality-drop"
             raise CliError(
-                f"--max-regression {limit.text()}: no stage {limit.stage!r} in {before.budgets_label} "
+                f"{option} {limit.text()}: no stage {limit.stage!r} in {before.budgets_label} "
                 f"(stages: {', '.join(config.stage_names)}; 'total' is the end to end time)"
             )
     found = compare(
@@ -225,14 +236,18 @@ def run(args: argparse.Namespace) -> int:
     )
     applied = applied_levers(analyse_levers(before.reports, config), before.reports, after.reports)
     failures = gate(found, args.max_regression)
-    output = _render(args.format, before, after, found, applied, args.max_regression, failures)
+    dropped = quality_gate(found, args.max_quality_drop)
+    gated = [(limit.text(), *gated_time(profile, change)) for limit, profile, change in failures]
+    gated += [(limit.text(), *gated_quality(p, stage, change)) for limit, p, stage, change in dropped]
+    checked = [limit.text() for limit in (*args.max_regression, *args.max_quality_drop)]
+    output = _render(args.format, before, after, found, applied, checked, gated)
     page = render_compare_html(before, after, found, applied) if args.html else None
     if page is not None:
         write_file(args.html, page)
     emit(output)
     if page is not None:
         wrote(args.html)
-    return 1 if failures else 0
+    return 1 if gated else 0
 
 
 def gate(found: Comparison, limits: list[Limit]) -> list[tuple[Limit, str, Change]]:
@@ -251,17 +266,70 @@ def gate(found: Comparison, limits: list[Limit]) -> list[tuple[Limit, str, Chang
     return failures
 
 
+@dataclass(frozen=True, slots=True)
+class QualityLimit:
+    """One ``--max-quality-drop``: a rate may rise by at most ``points`` percentage points, a mean
+    score fall by at most ``points`` percent of its before value; in ``stage``, or any row."""
+
+    stage: str | None
+    points: float
+
+    def text(self) -> str:
+        """As given on the command line."""
+        return f"{self.stage + '=' if self.stage else ''}{self.points:g}%"
+
+    def exceeded_by(self, change: QualityChange) -> bool:
+        """Whether ``change`` is demonstrably worse by more than the limit."""
+        if not change.worse:
+            return False
+        if change.higher_is_better:
+            return change.before <= 0 or -100 * change.change.value / change.before > self.points
+        return 100 * change.change.value > self.points
+
+
+_QUALITY_LIMIT = re.compile(r"(?:(?P<stage>[^=]+)=)?(?P<points>\d+(?:\.\d+)?)\s*%")
+
+
+def parse_quality_limit(text: str) -> QualityLimit:
+    """``[STAGE=]N%``: ``ValueError`` when it is not one."""
+    match = _QUALITY_LIMIT.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"expected [STAGE=]N% (percentage points of a rate, percent of a score), got {text!r}")
+    stage = match.group("stage")
+    return QualityLimit(stage.strip() if stage else None, float(match.group("points")))
+
+
+def _quality_limit(text: str) -> QualityLimit:
+    try:
+        return parse_quality_limit(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def quality_gate(found: Comparison, limits: list[QualityLimit]) -> list[tuple[QualityLimit, str, str, QualityChange]]:
+    """Each quality limit a row breaks: (the limit, the row's profile, its stage, the quality change).
+
+    Rows of stages and totals (not of models, whose calls their stage's row already holds);
+    a limit without a stage reads every one of them, the end to end included.
+    """
+    broken: list[tuple[QualityLimit, str, str, QualityChange]] = []
+    for limit in limits:
+        for row in (*found.rows, found.end_to_end):
+            if row.model is not None or (limit.stage is not None and row.stage != limit.stage):
+                continue
+            broken.extend((limit, row.profile, row.stage, q) for q in row.quality if limit.exceeded_by(q))
+    return broken
+
+
 def _render(
     form: str,
     before: Recorded,
     after: Recorded,
     found: Comparison,
     applied: list[Applied],
-    limits: list[Limit],
-    failures: list[tuple[Limit, str, Change]],
+    checked: list[str],
+    gated: list[tuple[str, str, str]],
 ) -> str:
-    gated = [(limit.text(), profile, change) for limit, profile, change in failures]
-    checked = [limit.text() for limit in limits]
     if form == "json":
         return compare_json(before, after, found, applied, checked, gated)
     if form == "markdown":

@@ -17,7 +17,7 @@ from latency_budget._version import __version__
 
 from ._applied import Applied
 from ._charts import escape, nice_ceiling, svg_ticks
-from ._compare_output import headline, signed_ms, verdict_text
+from ._compare_output import headline, quality_text, signed_ms, verdict_text
 from ._recorded import Recorded
 
 __all__ = ["render_compare_html"]
@@ -121,6 +121,8 @@ def _card(row: Row, q: float, *, show_profile: bool) -> str:
     stats = f"n {row.before.n:,} → {row.after.n:,}; p{q:g} {format_ms(row.before.p(q))} → {format_ms(row.after.p(q))}"
     if change is not None:
         stats += f", {signed_ms(change.value)} ({signed_ms(change.low)} to {signed_ms(change.high)})"
+    if row.quality:
+        stats += "; quality: " + quality_text(row)
     chart = _overlay(row.before.values, row.after.values, q) if row.before.n or row.after.n else ""
     first = ""
     if row.first_token_before.n or row.first_token_after.n:

@@ -11,7 +11,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from latency_budget._core.comparison import ALL_PROFILES, VERDICTS, Change, Comparison, Mix, Row, Side
+from latency_budget._core.comparison import (
+    ALL_PROFILES,
+    VERDICTS,
+    Change,
+    Comparison,
+    Mix,
+    QualityChange,
+    Row,
+    Side,
+)
 from latency_budget._core.report import TOTAL, format_ms
 from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
@@ -23,7 +32,8 @@ from ._table import markdown_table, text_table
 
 __all__ = ["compare_json", "compare_markdown", "compare_table", "headline", "signed_ms", "verdict_text"]
 
-Gated = list[tuple[str, str, Change]]
+# A broken limit: the limit as given, where (end to end, or profile), what moved, and the change, for people.
+Gated = list[tuple[str, str, str]]
 
 
 def signed_ms(value: float) -> str:
@@ -48,6 +58,9 @@ def verdict_text(row: Row) -> str:
     if verdict is None:
         return "too few to compare"
     text = VERDICTS[verdict]
+    worse = row.worse_quality
+    if worse and verdict == "faster":
+        text += ", but worse answers (" + ", ".join(q.metric for q in worse) + ")"
     if row.reached_end_to_end is False:
         text += "; the end to end did not move with it"
     return text
@@ -95,7 +108,23 @@ def _first_token(row: Row, q: float) -> str:
     return text + (f" {change.verdict}" if change is not None and change.verdict != "no change" else "")
 
 
-def _cells(row: Row, q: float) -> list[str]:
+def quality_value(change: QualityChange, value: float) -> str:
+    """A rate as a percentage, a score with two decimals."""
+    return f"{value:.2f}" if change.higher_is_better else f"{100 * value:.1f}%"
+
+
+def quality_text(row: Row) -> str:
+    """``errors 2.0% → 8.0% worse; score: relevance 0.82 → 0.81``: each quality measure, marked where it moved."""
+    parts = []
+    for change in row.quality:
+        mark = " worse" if change.worse else " better" if change.better else ""
+        parts.append(
+            f"{change.metric} {quality_value(change, change.before)} → {quality_value(change, change.after)}{mark}"
+        )
+    return "; ".join(parts) or "-"
+
+
+def _cells(row: Row, q: float, *, quality: bool = False) -> list[str]:
     change = row.change
     return [
         "all" if row.profile == ALL_PROFILES else row.profile,
@@ -112,10 +141,11 @@ def _cells(row: Row, q: float) -> list[str]:
         f"{_percent(row.critical_before)} → {_percent(row.critical_after)}"
         if row.critical_before is not None or row.critical_after is not None
         else "-",
+        *([quality_text(row)] if quality else []),
     ]
 
 
-def _header(q: float) -> list[str]:
+def _header(q: float, *, quality: bool = False) -> list[str]:
     return [
         "Profile",
         "Stage",
@@ -127,6 +157,7 @@ def _header(q: float) -> list[str]:
         f"First token (total: wait) p{q:g}",
         "Calls/request",
         "Critical path",
+        *(["Quality"] if quality else []),
     ]
 
 
@@ -135,6 +166,10 @@ _RIGHT = (2, 3, 4, 5, 6, 7)
 
 def _rows(found: Comparison) -> list[Row]:
     return [*found.rows, found.end_to_end]
+
+
+def _has_quality(found: Comparison) -> bool:
+    return any(row.quality for row in _rows(found))
 
 
 def _shares(mix: Mapping[str, int]) -> dict[str, float]:
@@ -228,6 +263,23 @@ def headline(found: Comparison) -> list[str]:
             + "; ".join(parts)
             + "."
         )
+    worse = [row for row in _rows(found) if row.verdict == "faster" and row.worse_quality]
+    if worse:
+        parts = []
+        for row in worse:
+            where = (
+                "end to end"
+                if row.profile == ALL_PROFILES
+                else _stage_label(row) + (f" ({row.profile})" if multi else "")
+            )
+            parts.append(
+                where
+                + ": "
+                + "; ".join(
+                    f"{q.metric} {quality_value(q, q.before)} → {quality_value(q, q.after)}" for q in row.worse_quality
+                )
+            )
+        lines.append("Faster but worse answers, no plain win: " + "; ".join(parts) + ".")
     lines.extend(_mix_lines(found.mix))
     lines.append(
         f"Changes at p{q:g}; intervals hold together at {found.level:.0%} over {plural(found.tests, 'comparison')} "
@@ -261,10 +313,25 @@ def _gate_lines(checked: list[str], gated: Gated, q: float) -> list[str]:
     if not gated:
         return [f"Gate: passed ({', '.join(checked)} at p{q:g})."]
     lines = [f"Gate: FAILED at p{q:g}:"]
-    for limit, profile, change in gated:
-        where = "end to end" if profile == ALL_PROFILES else f"profile {profile}"
-        lines.append(f"- {limit}: {where}, {_change(change)} ({_interval(change)})")
+    for limit, where, what in gated:
+        lines.append(f"- {limit}: {where}, {what}")
     return lines
+
+
+def gated_time(profile: str, change: Change) -> tuple[str, str]:
+    """Where a time limit broke and by how much, for people."""
+    return (
+        "end to end" if profile == ALL_PROFILES else f"profile {profile}"
+    ), f"{_change(change)} ({_interval(change)})"
+
+
+def gated_quality(profile: str, stage: str, change: QualityChange) -> tuple[str, str]:
+    """Where a quality limit broke and how, for people."""
+    where = "end to end" if profile == ALL_PROFILES else f"profile {profile}, {stage}"
+    return where, (
+        f"{change.metric} {quality_value(change, change.before)} → {quality_value(change, change.after)} "
+        f"({quality_value(change, change.change.low)} to {quality_value(change, change.change.high)})"
+    )
 
 
 def _intro(before: Recorded, after: Recorded) -> list[str]:
@@ -282,7 +349,11 @@ def compare_table(
         "",
         *(terminal_text(line) for line in headline(found)),
         "",
-        text_table(_header(q), [_cells(row, q) for row in _rows(found)], right=_RIGHT),
+        text_table(
+            _header(q, quality=_has_quality(found)),
+            [_cells(row, q, quality=_has_quality(found)) for row in _rows(found)],
+            right=_RIGHT,
+        ),
     ]
     for block in (_applied_lines(applied), _gate_lines(checked, gated, q)):
         if block:
@@ -297,7 +368,7 @@ def compare_markdown(
     q = found.percentile
     rows = [
         [markdown_text(cells[0]), markdown_cell(cells[1]), *(markdown_text(cell) for cell in cells[2:])]
-        for cells in (_cells(row, q) for row in _rows(found))
+        for cells in (_cells(row, q, quality=_has_quality(found)) for row in _rows(found))
     ]
     parts = [
         "### Before against after",
@@ -306,7 +377,7 @@ def compare_markdown(
         "",
         *(markdown_text(line) + "  " for line in headline(found)),
         "",
-        markdown_table([markdown_text(cell) for cell in _header(q)], rows, right=_RIGHT),
+        markdown_table([markdown_text(cell) for cell in _header(q, quality=_has_quality(found))], rows, right=_RIGHT),
     ]
     for block in (_applied_lines(applied), _gate_lines(checked, gated, q)):
         if block:
@@ -354,6 +425,21 @@ def _row_json(row: Row) -> dict[str, Any]:
         "calls_per_request": {"before": row.calls_before, "after": row.calls_after},
         "critical_path_share": {"before": row.critical_before, "after": row.critical_after},
         "critical_path_change": _change_json(row.critical_change),
+        "quality": [
+            {
+                "metric": change.metric,
+                "before": change.before,
+                "after": change.after,
+                "n_before": change.n_before,
+                "n_after": change.n_after,
+                "change": change.change.value,
+                "low": change.change.low,
+                "high": change.change.high,
+                "worse": change.worse,
+                "better": change.better,
+            }
+            for change in row.quality
+        ],
     }
 
 
@@ -404,9 +490,7 @@ def compare_json(
         "gate": {
             "max_regression": checked,
             "passed": not gated,
-            "failures": [
-                {"limit": limit, "profile": profile, **(_change_json(change) or {})} for limit, profile, change in gated
-            ],
+            "failures": [{"limit": limit, "where": where, "what": what} for limit, where, what in gated],
         },
     }
     return json.dumps(document, indent=2, ensure_ascii=False)
