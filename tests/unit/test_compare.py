@@ -224,7 +224,7 @@ def test_rows_are_within_profile_and_the_end_to_end_counts_every_request() -> No
 
 
 def test_a_faster_stage_with_worse_answers_is_marked_as_no_plain_win() -> None:
-    """Model call faster, but errors 2% → 20% and relevance 0.8 → 0.6: faster, but worse answers, in row and headline."""
+    """Model call faster, errors 2% → 20%, relevance 0.8 → 0.6: faster, but worse answers, in row and headline."""
     after_medians = {"default": {"retrieval": 120.0, "model_call": 600.0, "prefetch": 300.0}}
     before = _traffic(21, 400, MEDIANS, quality=(0.02, 0.8))
     after = _traffic(22, 400, after_medians, quality=(0.2, 0.6))
