@@ -8,19 +8,24 @@ with a ``prefetch`` beside it (shorter than the call, so off the critical path).
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import math
 import random
+import re
+import sys
+import tracemalloc
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from latency_budget._core.comparison import compare
 from latency_budget.cli import main
 
-from .conftest import assert_one_line_error, run_cli
+from .conftest import REPO, assert_one_line_error, run_cli
 
 BUDGETS = """\
 version: 1
@@ -257,3 +262,40 @@ def test_the_readme_quotes_a_compare_of_the_demo_before_and_after_streaming(tmp_
     missing = [line for line in quoted if line != "..." and not any(line == out for out in printed)]
     assert missing == []
     assert len([line for line in quoted if line != "..."]) >= 8
+
+
+def _held_per_request(tmp_path: Path) -> float:
+    """Bytes the comparison keeps per request of each side, beside the reports (600 against 300 requests)."""
+    from latency_budget.cli._recorded import judge_recording, load_config  # noqa: PLC0415
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scaling  # type: ignore[import-not-found]  # noqa: PLC0415 - the benchmark's own recordings
+    import workloads  # type: ignore[import-not-found]  # noqa: PLC0415
+
+    budgets = tmp_path / "budgets.yaml"
+    budgets.write_text(workloads.BUDGETS, encoding="utf-8")
+    config, _ = load_config(str(budgets))
+    held = []
+    for traces in (300, 600):
+        path = tmp_path / f"standard-{traces}.jsonl"
+        scaling.write_recording(scaling.WORKLOADS["standard"], traces * 10, path)
+        reports = judge_recording([str(path)], config)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            found = compare(reports, reports, stages=config.stage_names, resamples=200)
+            gc.collect()
+            held.append(tracemalloc.get_traced_memory()[0] - before)
+            del found
+        finally:
+            tracemalloc.stop()
+    return (held[1] - held[0]) / 300 / 2
+
+
+def test_docs_quote_the_bytes_the_comparison_keeps_per_request(tmp_path: Path) -> None:
+    """docs/cli.md's bytes kept per request of each side by the comparison, beside report's, to 10%."""
+    text = " ".join((REPO / "docs" / "cli.md").read_text(encoding="utf-8").split())
+    quoted = re.search(r"the comparison keeps about \*\*([\d,]+) bytes\*\* per request of each side", text)
+    assert quoted is not None
+    assert int(quoted.group(1).replace(",", "")) == pytest.approx(_held_per_request(tmp_path), rel=0.1)
