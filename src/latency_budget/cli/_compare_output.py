@@ -493,4 +493,4 @@ def compare_json(
             "failures": [{"limit": limit, "where": where, "what": what} for limit, where, what in gated],
         },
     }
-    return json.dumps(document, indent=2, ensure_ascii=False)
+    return json.dumps(document, indent=2)  # ASCII: a name's control or bidi character shown escaped
