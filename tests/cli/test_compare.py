@@ -47,6 +47,8 @@ def _attributes(values: Mapping[str, Any]) -> list[dict[str, Any]]:
             return {"boolValue": v}
         if isinstance(v, int):
             return {"intValue": str(v)}
+        if isinstance(v, float):
+            return {"doubleValue": v}
         return {"stringValue": str(v)}
 
     return [{"key": k, "value": value(v)} for k, v in values.items()]
@@ -67,8 +69,9 @@ def _span(trace: str, span: int, parent: int | None, name: str, start: int, end:
     return found
 
 
-def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float]) -> Path:
-    """``n`` requests, one OTLP JSON line each, stage times drawn from log-normals around ``medians``."""
+def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float], streamed: float = 0.0) -> Path:
+    """``n`` requests, one OTLP JSON line each, stage times drawn from log-normals around ``medians``; a
+    ``streamed`` share of the chat calls stream, their first chunk after a quarter of the call."""
     rng = random.Random(seed)
     lines = []
     for index in range(n):
@@ -80,6 +83,9 @@ def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float])
         call_end = t1 + round(model_call * ms)
         prefetch_end = t1 + round(prefetch * ms)
         end = max(call_end, prefetch_end) + 2 * ms
+        stream: dict[str, Any] = {"gen_ai.request.stream": rng.random() < streamed}
+        if stream["gen_ai.request.stream"]:
+            stream["gen_ai.response.time_to_first_chunk"] = model_call / 4 / 1000
         spans = [
             _span(trace, 1, None, "POST /chat", begin, end),
             _span(trace, 2, 1, "retrieve documents", begin, t1),
@@ -90,7 +96,7 @@ def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float])
                 "chat gpt-4o-mini",
                 t1,
                 call_end,
-                **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"},
+                **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini", **stream},
             ),
             _span(trace, 4, 1, "prefetch profile", t1, prefetch_end),
         ]
@@ -104,6 +110,14 @@ def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float])
         }
         lines.append(json.dumps(document))
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def budgets(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The planted recordings' budget file."""
+    path = tmp_path_factory.mktemp("compare-budgets") / "budgets.yaml"
+    path.write_text(BUDGETS, encoding="utf-8")
     return path
 
 
@@ -299,3 +313,21 @@ def test_docs_quote_the_bytes_the_comparison_keeps_per_request(tmp_path: Path) -
     quoted = re.search(r"the comparison keeps about \*\*([\d,]+) bytes\*\* per request of each side", text)
     assert quoted is not None
     assert int(quoted.group(1).replace(",", "")) == pytest.approx(_held_per_request(tmp_path), rel=0.1)
+
+
+def test_a_lever_the_after_side_shows_applied_is_shown_against_its_estimate(tmp_path: Path, budgets: Path) -> None:
+    """Half the answers streamed before, all after: streaming's estimate stands beside the measured wait for text,
+    and the measured interval holds the estimate; the same traffic twice shows no lever applied."""
+    before = write_recording(tmp_path / "before.jsonl", 31, 400, MEDIANS, streamed=0.5)
+    after = write_recording(tmp_path / "after.jsonl", 32, 400, MEDIANS, streamed=1.0)
+    code, out, err = _main("compare", before, after, "-b", budgets, "-f", "json")
+    assert code == 0, err
+    [lever] = json.loads(out)["predicted_against_measured"]
+    assert (lever["kind"], lever["stage"], lever["saves"]) == ("streaming", "model_call", "first_token")
+    assert re.fullmatch(r"answers streamed: (4\d|5\d)% → 100%", lever["shows"])
+    measured = lever["measured"]
+    assert measured["verdict"] == "faster"
+    assert measured["low_ms"] <= -lever["predicted_saving_ms"] <= measured["high_ms"]
+    same = write_recording(tmp_path / "same.jsonl", 33, 400, MEDIANS, streamed=0.5)
+    code, out, _ = _main("compare", before, same, "-b", budgets, "-f", "json")
+    assert json.loads(out)["predicted_against_measured"] == []
