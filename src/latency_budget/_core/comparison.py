@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from latency_budget._core.bootstrap import (
@@ -294,86 +294,79 @@ class Comparison:
         raise KeyError((profile, stage, model))
 
 
+Key = tuple[str, str, "str | None"]  # (profile, stage or total, model or None: the stage's own)
+
+
 @dataclass(slots=True)
 class _Gathered:
-    """One side's values, per (profile, stage, model) key (model ``None``: the stage's own)."""
+    """One side's values: per row key, one value per request (see :class:`Row`), and the side's mix."""
 
     requests: int = 0
-    actual: dict[tuple[str, str, str | None], list[float]] | None = None
-    first_token: dict[tuple[str, str, str | None], list[float]] | None = None
-    calls: dict[tuple[str, str], list[int]] | None = None
-    critical: dict[tuple[str, str], list[float]] | None = None
-    totals: dict[str, float] | None = None  # per profile, summed end to end time
-    profiles: dict[str, int] | None = None
-    models: dict[str, int] | None = None
-    strata: dict[str, list[float]] | None = None  # (profile, models) -> end to end times
-    by_profile: dict[str, list[float]] | None = None
-    # (profile, stage, model) -> metric -> one value per request whose calls there have quality evidence
-    quality: dict[tuple[str, str, str | None], dict[str, list[float]]] | None = None
+    actual: dict[Key, list[float]] = field(default_factory=dict)
+    first_token: dict[Key, list[float]] = field(default_factory=dict)
+    calls: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    critical: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # every request of the profile
+    totals: dict[str, float] = field(default_factory=dict)  # per profile, summed end to end time
+    profiles: dict[str, int] = field(default_factory=dict)
+    models: dict[str, int] = field(default_factory=dict)  # requests per set of models called
+    strata: dict[str, list[float]] = field(default_factory=dict)  # profile/models -> end to end times
+    by_profile: dict[str, list[float]] = field(default_factory=dict)
+    quality: dict[Key, dict[str, list[float]]] = field(default_factory=dict)  # key -> metric -> per request
 
-
-def _gather(reports: Iterable[TraceReport]) -> _Gathered:
-    actual: dict[tuple[str, str, str | None], list[float]] = {}
-    first_token: dict[tuple[str, str, str | None], list[float]] = {}
-    calls: dict[tuple[str, str], list[int]] = {}
-    critical: dict[tuple[str, str], list[float]] = {}
-    totals: dict[str, float] = {}
-    profiles: dict[str, int] = {}
-    models: dict[str, int] = {}
-    strata: dict[str, list[float]] = {}
-    by_profile: dict[str, list[float]] = {}
-    quality: dict[tuple[str, str, str | None], dict[str, list[float]]] = {}
-    requests = 0
-    for report in reports:
-        requests += 1
+    def add(self, report: TraceReport) -> None:
+        """Take one judged request's values."""
+        self.requests += 1
         profile = report.profile
-        profiles[profile] = profiles.get(profile, 0) + 1
-        totals[profile] = totals.get(profile, 0.0) + report.total_actual_ms
-        actual.setdefault((profile, TOTAL, None), []).append(report.total_actual_ms)
-        first_token.setdefault((profile, TOTAL, None), []).append(wait_for_text(report))
+        self.profiles[profile] = self.profiles.get(profile, 0) + 1
+        self.totals[profile] = self.totals.get(profile, 0.0) + report.total_actual_ms
+        self.actual.setdefault((profile, TOTAL, None), []).append(report.total_actual_ms)
+        self.first_token.setdefault((profile, TOTAL, None), []).append(wait_for_text(report))
         for stage in report.stages:
             key = (profile, stage.stage)
-            critical.setdefault(key, []).append(stage.critical_ms or 0.0)
+            self.critical.setdefault(key, []).append(stage.critical_ms or 0.0)
             if not stage.seen:
                 continue
-            actual.setdefault((profile, stage.stage, None), []).append(stage.actual_ms)
-            calls.setdefault(key, []).append(stage.count)
+            self.actual.setdefault((profile, stage.stage, None), []).append(stage.actual_ms)
+            self.calls.setdefault(key, []).append(stage.count)
             if stage.first_token_ms is not None:
-                first_token.setdefault((profile, stage.stage, None), []).append(stage.first_token_ms)
+                self.first_token.setdefault((profile, stage.stage, None), []).append(stage.first_token_ms)
         # A model's calls in one request are alike (one context, one answer's length): its row takes
         # one value per request, the mean of those calls, so that the bootstrap resamples independent values.
-        durations: dict[tuple[str, str, str | None], list[float]] = {}
-        first_tokens: dict[tuple[str, str, str | None], list[float]] = {}
+        durations: dict[Key, list[float]] = {}
+        first_tokens: dict[Key, list[float]] = {}
         for call in report.calls:
             if call.model is None:
                 continue
-            model_key: tuple[str, str, str | None] = (profile, call.stage, call.model)
+            model_key: Key = (profile, call.stage, call.model)
             durations.setdefault(model_key, []).append(call.duration_ns / 1e6)
             if call.first_token_ns is not None:
                 first_tokens.setdefault(model_key, []).append(call.first_token_ns / 1e6)
         for found_key, values in durations.items():
-            actual.setdefault(found_key, []).append(sum(values) / len(values))
+            self.actual.setdefault(found_key, []).append(sum(values) / len(values))
         for found_key, values in first_tokens.items():
-            first_token.setdefault(found_key, []).append(sum(values) / len(values))
-        called = {model for _, _, model in durations if model is not None}
-        _gather_quality(report, quality)
-        model_set = "+".join(sorted(called)) or "(no model)"
-        models[model_set] = models.get(model_set, 0) + 1
-        strata.setdefault(f"{profile}/{model_set}", []).append(report.total_actual_ms)
-        by_profile.setdefault(profile, []).append(report.total_actual_ms)
-    return _Gathered(
-        requests, actual, first_token, calls, critical, totals, profiles, models, strata, by_profile, quality
-    )
+            self.first_token.setdefault(found_key, []).append(sum(values) / len(values))
+        _gather_quality(report, self.quality)
+        model_set = "+".join(sorted({model for _, _, model in durations if model is not None})) or "(no model)"
+        self.models[model_set] = self.models.get(model_set, 0) + 1
+        self.strata.setdefault(f"{profile}/{model_set}", []).append(report.total_actual_ms)
+        self.by_profile.setdefault(profile, []).append(report.total_actual_ms)
 
 
-def _gather_quality(report: TraceReport, into: dict[tuple[str, str, str | None], dict[str, list[float]]]) -> None:
+def _gather(reports: Iterable[TraceReport]) -> _Gathered:
+    side = _Gathered()
+    for report in reports:
+        side.add(report)
+    return side
+
+
+def _gather_quality(report: TraceReport, into: dict[Key, dict[str, list[float]]]) -> None:
     """One value per metric for each of the request's stages, stage models and total with quality evidence."""
-    groups: dict[tuple[str, str, str | None], list[CallQuality]] = {}
+    groups: dict[Key, list[CallQuality]] = {}
     for call in report.calls:
         evidence = call.quality
         if evidence is None:
             continue
-        stage_key: tuple[str, str, str | None] = (report.profile, call.stage, None)
+        stage_key: Key = (report.profile, call.stage, None)
         groups.setdefault(stage_key, []).append(evidence)
         groups.setdefault((report.profile, TOTAL, None), []).append(evidence)
         if call.model is not None:
@@ -421,13 +414,9 @@ def compare(
     generator seeded by ``seed`` and the row, so a row's interval does not depend on the others.
     """
     one, two = _gather(before), _gather(after)
-    assert one.actual is not None
-    assert two.actual is not None
-    assert one.first_token is not None
-    assert two.first_token is not None
-    seen_profiles = [*profiles, *(p for p in {**(one.profiles or {}), **(two.profiles or {})} if p not in profiles)]
-    present = [p for p in seen_profiles if (one.profiles or {}).get(p) or (two.profiles or {}).get(p)]
-    keys: list[tuple[str, str, str | None]] = []
+    seen_profiles = [*profiles, *(p for p in {**one.profiles, **two.profiles} if p not in profiles)]
+    present = [p for p in seen_profiles if one.profiles.get(p) or two.profiles.get(p)]
+    keys: list[Key] = []
     for profile in present:
         for stage in stages:
             if (profile, stage, None) in one.actual or (profile, stage, None) in two.actual:
@@ -437,17 +426,15 @@ def compare(
         if len(present) > 1:
             keys.append((profile, TOTAL, None))
 
-    def estimate(
-        kind: str, key: tuple[str, str, str | None], first: Sequence[float], second: Sequence[float]
-    ) -> tuple[Estimate, float] | None:
+    def estimate(kind: str, key: Key, first: Sequence[float], second: Sequence[float]) -> tuple[Estimate, float] | None:
         if len(first) < MIN_SAMPLE or len(second) < MIN_SAMPLE:
             return None
         rng = random.Random(f"{seed}/{kind}/{key[0]}/{key[1]}/{key[2]}")
         found = percentile_difference(first, second, percentile, resamples=resamples, rng=rng)
         return found, sorted_percentile(first, percentile)
 
-    estimates: dict[tuple[str, tuple[str, str, str | None]], tuple[Estimate, float] | None] = {}
-    sides: dict[tuple[str, tuple[str, str, str | None]], tuple[tuple[float, ...], tuple[float, ...]]] = {}
+    estimates: dict[tuple[str, Key], tuple[Estimate, float] | None] = {}
+    sides: dict[tuple[str, Key], tuple[tuple[float, ...], tuple[float, ...]]] = {}
     all_key = (ALL_PROFILES, TOTAL, None)
     one_all = _sorted([v for (_, s, m), vs in one.actual.items() if s == TOTAL and m is None for v in vs])
     two_all = _sorted([v for (_, s, m), vs in two.actual.items() if s == TOTAL and m is None for v in vs])
@@ -477,12 +464,12 @@ def compare(
     for profile, stage, model in keys:
         if model is not None or stage == TOTAL:
             continue
-        spent_one = (one.critical or {}).get((profile, stage), [])
-        spent_two = (two.critical or {}).get((profile, stage), [])
+        spent_one = one.critical.get((profile, stage), [])
+        spent_two = two.critical.get((profile, stage), [])
         if len(spent_one) >= 2 and len(spent_two) >= 2:
             critical[profile, stage] = mean_difference(spent_one, spent_two)
 
-    qualities: dict[tuple[str, str, str | None], list[tuple[str, Estimate, Sequence[float], Sequence[float]]]] = {}
+    qualities: dict[Key, list[tuple[str, Estimate, Sequence[float], Sequence[float]]]] = {}
     for key in [*keys, all_key]:
         for metric, rated_one, rated_two in _quality_pairs(one, two, key):
             if len(rated_one) >= MIN_SAMPLE and len(rated_two) >= MIN_SAMPLE:
@@ -499,21 +486,21 @@ def compare(
         low, high = found[0].interval(alpha)
         return Change(found[0].value, low, high, found[1])
 
-    def row(key: tuple[str, str, str | None]) -> Row:
+    def row(key: Key) -> Row:
         profile, stage, model = key
         before_values, after_values = sides["time", key]
         before_ft, after_ft = sides["first_token", key]
         extra: dict[str, object] = {}
         if model is None and stage != TOTAL and key != all_key:
-            calls_one = (one.calls or {}).get((profile, stage))
-            calls_two = (two.calls or {}).get((profile, stage))
+            calls_one = one.calls.get((profile, stage))
+            calls_two = two.calls.get((profile, stage))
             extra["calls_before"] = sum(calls_one) / len(calls_one) if calls_one else None
             extra["calls_after"] = sum(calls_two) / len(calls_two) if calls_two else None
             extra["critical_before"] = _share(one, profile, stage)
             extra["critical_after"] = _share(two, profile, stage)
             found = critical.get((profile, stage))
             if found is not None:
-                first = (one.critical or {}).get((profile, stage), [])
+                first = one.critical.get((profile, stage), [])
                 low, high = found.interval(alpha)
                 extra["critical_change"] = Change(found.value, low, high, sum(first) / len(first))
         changes = []
@@ -551,13 +538,11 @@ def compare(
     )
 
 
-def _quality_pairs(
-    one: _Gathered, two: _Gathered, key: tuple[str, str, str | None]
-) -> list[tuple[str, list[float], list[float]]]:
+def _quality_pairs(one: _Gathered, two: _Gathered, key: Key) -> list[tuple[str, list[float], list[float]]]:
     """Each quality metric of ``key`` on both sides (the end to end's: every profile's total)."""
 
     def values(side: _Gathered) -> dict[str, list[float]]:
-        found = side.quality or {}
+        found = side.quality
         if key[0] != ALL_PROFILES:
             return found.get(key, {})
         merged: dict[str, list[float]] = {}
@@ -573,17 +558,17 @@ def _quality_pairs(
 
 def _share(side: _Gathered, profile: str, stage: str) -> float | None:
     """The stage's critical-path time over the profile's end to end time, summed over its requests."""
-    total = (side.totals or {}).get(profile)
-    values = (side.critical or {}).get((profile, stage))
+    total = side.totals.get(profile)
+    values = side.critical.get((profile, stage))
     if not total or values is None:
         return None
     return sum(values) / total
 
 
 def _mix(one: _Gathered, two: _Gathered) -> Mix:
-    profiles_one, profiles_two = one.profiles or {}, two.profiles or {}
-    models_one, models_two = one.models or {}, two.models or {}
-    strata_one, strata_two = one.strata or {}, two.strata or {}
+    profiles_one, profiles_two = one.profiles, two.profiles
+    models_one, models_two = one.models, two.models
+    strata_one, strata_two = one.strata, two.strata
     common = set(strata_one) & set(strata_two)
     covered = (
         sum(len(strata_one[s]) for s in common) / max(1, one.requests),
@@ -609,8 +594,8 @@ def _mix(one: _Gathered, two: _Gathered) -> Mix:
 
 
 def _strata(one: _Gathered, two: _Gathered, mix: Mix) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    source_one = (one.strata if mix.strata == "profile and models" else one.by_profile) or {}
-    source_two = (two.strata if mix.strata == "profile and models" else two.by_profile) or {}
+    source_one = one.strata if mix.strata == "profile and models" else one.by_profile
+    source_two = two.strata if mix.strata == "profile and models" else two.by_profile
     return (
         {name: sorted(values) for name, values in source_one.items()},
         {name: sorted(values) for name, values in source_two.items()},
