@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from latency_budget._core.bootstrap import sorted_percentile
-from latency_budget._core.comparison import ALL_PROFILES, VERDICTS, Comparison, Row
+from latency_budget._core.comparison import ALL_PROFILES, VERDICTS, Change, Comparison, Row
 from latency_budget._core.report import format_ms
 from latency_budget._core.wording import plural
 from latency_budget._version import __version__
 
 from ._applied import Applied
 from ._charts import escape, nice_ceiling, svg_ticks
-from ._compare_output import headline, quality_text, signed_ms, verdict_text
+from ._compare_output import deciding, headline, quality_text, signed_ms, verdict_text
 from ._recorded import Recorded
 
 __all__ = ["render_compare_html"]
@@ -110,7 +110,7 @@ def _overlay(before: Sequence[float], after: Sequence[float], q: float) -> str:
     return "".join(parts)
 
 
-def _card(row: Row, q: float, *, show_profile: bool) -> str:
+def _card(row: Row, q: float, *, show_profile: bool, reweighted: Change | None = None) -> str:
     verdict = row.verdict
     title = row.stage if row.model is None else f"{row.stage}: {row.model} (mean call per request)"
     if row.profile == ALL_PROFILES:
@@ -136,7 +136,7 @@ def _card(row: Row, q: float, *, show_profile: bool) -> str:
         )
     return (
         f'<div class="row-card {escape(verdict or "few")}"><h3><span>{escape(title)}</span>'
-        f'<span class="verdict">{escape(verdict_text(row))}</span></h3>'
+        f'<span class="verdict">{escape(verdict_text(row, reweighted))}</span></h3>'
         f'<p class="stats">{escape(stats)}</p>{chart}{first}</div>'
     )
 
@@ -145,7 +145,10 @@ def render_compare_html(before: Recorded, after: Recorded, found: Comparison, ap
     """The whole page of a comparison."""
     q = found.percentile
     show_profile = len({row.profile for row in found.rows}) > 1
-    cards = "".join(_card(row, q, show_profile=show_profile) for row in (found.end_to_end, *found.rows))
+    cards = "".join(
+        _card(row, q, show_profile=show_profile, reweighted=deciding(found, row))
+        for row in (found.end_to_end, *found.rows)
+    )
     lines = "".join(f'<p class="sub">{escape(line)}</p>' for line in headline(found))
     levers = ""
     if applied:

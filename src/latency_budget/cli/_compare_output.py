@@ -51,12 +51,17 @@ def _change(change: Change) -> str:
     return signed_ms(change.value) + (f" ({percent:+.1f}%)" if percent is not None else "")
 
 
-def verdict_text(row: Row) -> str:
+def verdict_text(row: Row, reweighted: Change | None = None) -> str:
     """The row's verdict for people: ``faster``, ``slower``, ``no change the data can show`` or
-    ``too few to compare``, and for a stage whose change did not reach the end to end time, that."""
+    ``too few to compare``, and for a stage whose change did not reach the end to end time, that.
+
+    ``reweighted``: the end to end's change reweighted to the before mix, which decides its verdict.
+    """
     verdict = row.verdict
     if verdict is None:
         return "too few to compare"
+    if reweighted is not None:
+        return f"{VERDICTS[reweighted.verdict]}, reweighted to the before mix (as measured: {VERDICTS[verdict]})"
     text = VERDICTS[verdict]
     worse = row.worse_quality
     if worse and verdict == "faster":
@@ -124,7 +129,14 @@ def quality_text(row: Row) -> str:
     return "; ".join(parts) or "-"
 
 
-def _cells(row: Row, q: float, *, quality: bool = False) -> list[str]:
+def deciding(found: Comparison, row: Row) -> Change | None:
+    """The reweighted change that decides ``row``'s verdict: the end to end's when the mix shifted."""
+    if row is found.end_to_end and found.mix.shifted:
+        return found.reweighted
+    return None
+
+
+def _cells(row: Row, q: float, *, quality: bool = False, reweighted: Change | None = None) -> list[str]:
     change = row.change
     return [
         "all" if row.profile == ALL_PROFILES else row.profile,
@@ -135,7 +147,7 @@ def _cells(row: Row, q: float, *, quality: bool = False) -> list[str]:
         if change is not None
         else "-",
         f"{_number(change.low, sign=True)} to {_number(change.high, sign=True)}" if change is not None else "-",
-        verdict_text(row),
+        verdict_text(row, reweighted),
         _first_token(row, q),
         f"{_calls(row.calls_before)} → {_calls(row.calls_after)}" if row.calls_before or row.calls_after else "-",
         f"{_percent(row.critical_before)} → {_percent(row.critical_after)}"
@@ -351,7 +363,7 @@ def compare_table(
         "",
         text_table(
             _header(q, quality=_has_quality(found)),
-            [_cells(row, q, quality=_has_quality(found)) for row in _rows(found)],
+            [_cells(row, q, quality=_has_quality(found), reweighted=deciding(found, row)) for row in _rows(found)],
             right=_RIGHT,
         ),
     ]
@@ -368,7 +380,9 @@ def compare_markdown(
     q = found.percentile
     rows = [
         [markdown_text(cells[0]), markdown_cell(cells[1]), *(markdown_text(cell) for cell in cells[2:])]
-        for cells in (_cells(row, q, quality=_has_quality(found)) for row in _rows(found))
+        for cells in (
+            _cells(row, q, quality=_has_quality(found), reweighted=deciding(found, row)) for row in _rows(found)
+        )
     ]
     parts = [
         "### Before against after",
