@@ -18,7 +18,7 @@ from latency_budget._core.call_facts import Call
 from latency_budget._core.comparison import ALL_PROFILES, Comparison, compare
 from latency_budget._core.quality import CallQuality, Evaluation
 from latency_budget._core.report import StageReport, TraceReport
-from latency_budget.cli._compare import parse_quality_limit, quality_gate
+from latency_budget.cli._compare import gate, parse_limit, parse_quality_limit, quality_gate
 from latency_budget.cli._compare_output import headline, verdict_text
 
 STAGES = ("retrieval", "model_call", "prefetch")
@@ -137,7 +137,8 @@ def test_a_faster_stage_off_the_critical_path_does_not_move_the_end_to_end_time(
 
 
 def test_a_mix_shift_with_no_stage_change_is_not_called_a_regression() -> None:
-    """More requests of a slow profile after: the raw end to end is slower, reweighted to the before mix it is not."""
+    """More requests of a slow profile after: the raw end to end is slower, reweighted to the before mix it is not,
+    and the end-to-end gate does not fail."""
     medians = {
         "default": MEDIANS["default"],
         "research": {"retrieval": 400.0, "model_call": 2400.0, "prefetch": 300.0},
@@ -151,6 +152,7 @@ def test_a_mix_shift_with_no_stage_change_is_not_called_a_regression() -> None:
     assert found.reweighted.verdict == "no change"
     assert found.end_to_end_verdict == "no change"
     assert [row for row in found.rows if row.verdict not in (None, "no change")] == []
+    assert gate(found, [parse_limit("10%")]) == []  # the CI gate reads the reweighted change: no regression
 
 
 def test_null_pairs_show_no_change_in_at_least_95_of_100_seeds() -> None:
