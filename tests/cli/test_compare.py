@@ -37,6 +37,7 @@ stages:
   prefetch:
     match: {name: "prefetch *"}
 """
+JAEGER = ("--jaeger", "http://127.0.0.1:9", "--service", "s")  # windows are checked before any request is sent
 MEDIANS = {"retrieval": 120.0, "model_call": 800.0, "prefetch": 300.0}
 START_NS = 1_700_000_000_000_000_000
 
@@ -233,6 +234,9 @@ def test_one_side_reads_standard_input(planted: dict[str, Path], monkeypatch: py
         (["{before}", "{after}", "--max-regression", "ten"], "expected [STAGE=]LIMIT"),
         (["{before}", "{after}", "--resamples", "5"], "expected 100 to 100,000 resamples"),
         (["{before}", "{missing}"], "cannot read"),
+        ([*JAEGER, "2h", "1h"], "BEFORE: with --jaeger, expected a window FROM..TO of durations ago"),
+        ([*JAEGER, "1h..2h", "1h..now"], "1h..2h: the window must start before it ends"),
+        ([*JAEGER, "2h..1h", "soon..now"], "soon..now: expected a duration"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(planted: dict[str, Path], argv: list[str], fragment: str) -> None:
