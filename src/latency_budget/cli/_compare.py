@@ -20,6 +20,7 @@ from ._applied import Applied, applied_levers
 from ._common import CliError, example_epilog, raw_help, service_name
 from ._compare_html import render_compare_html
 from ._compare_output import compare_json, compare_markdown, compare_table, gated_quality, gated_time
+from ._inputs import parse_duration
 from ._levers import analyse_levers
 from ._output import emit, write_file, wrote
 from ._recorded import Recorded, add_budgets_argument, add_limit_arguments, load_recorded, percentile_arg, positive_int
@@ -201,6 +202,13 @@ def _side(args: argparse.Namespace, which: str, value: str) -> argparse.Namespac
         side.traces = []
         side.lookback = start.strip()
         side.until = None if end.strip() in ("", "now") else end.strip()
+        try:
+            begins = parse_duration(side.lookback)
+            ends = parse_duration(side.until) if side.until is not None else 0.0
+        except ValueError as exc:
+            raise CliError(f"{value}: {exc}") from None
+        if ends >= begins:
+            raise CliError(f"{value}: the window must start before it ends (from {side.lookback} ago)")
     return side
 
 
@@ -210,8 +218,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("only one side can read standard input ('-')")
     if not 0 < args.timeout <= 86_400:
         raise CliError(f"--timeout: expected a positive number of seconds, at most a day, got {args.timeout:g}")
-    before = load_recorded(_side(args, "BEFORE", args.before))
-    after = load_recorded(_side(args, "AFTER", args.after))
+    sides = _side(args, "BEFORE", args.before), _side(args, "AFTER", args.after)  # both checked before any read
+    before = load_recorded(sides[0])
+    after = load_recorded(sides[1])
     if before.budgets_label != after.budgets_label:
         raise CliError(
             f"BEFORE is judged by {before.budgets_label}, AFTER by {after.budgets_label}: "
