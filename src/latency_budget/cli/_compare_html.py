@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from latency_budget._core.bootstrap import sorted_percentile
 from latency_budget._core.comparison import ALL_PROFILES, VERDICTS, Change, Comparison, Row
-from latency_budget._core.report import format_ms
+from latency_budget._core.report import TOTAL, format_ms
 from latency_budget._core.wording import plural
 from latency_budget._version import __version__
 
@@ -36,7 +36,7 @@ header { padding-top: 28px; }
 h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 28px 0 12px; }
 .sub { color: var(--muted); margin: 0 0 10px; }
-.rows { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 14px; }
+.rows { display: grid; grid-template-columns: repeat(auto-fill, minmax(540px, 1fr)); gap: 14px; align-items: start; }
 .row-card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px 14px; }
 .row-card h3 { margin: 0; font-size: 15px; display: flex; justify-content: space-between; gap: 8px; }
 .row-card .verdict { font-weight: 600; }
@@ -128,7 +128,8 @@ def _card(row: Row, q: float, *, show_profile: bool, reweighted: Change | None =
     if row.first_token_before.n or row.first_token_after.n:
         ft = row.first_token_change
         first = (
-            f'<p class="stats">time to first token, p{q:g} {escape(format_ms(row.first_token_before.p(q)))} → '
+            f'<p class="stats">{"wait for text" if row.stage == TOTAL else "time to first token"}, '
+            f"p{q:g} {escape(format_ms(row.first_token_before.p(q)))} → "
             f"{escape(format_ms(row.first_token_after.p(q)))}"
             + (f": {escape(VERDICTS[ft.verdict])}" if ft is not None else "")
             + "</p>"
