@@ -1,4 +1,4 @@
-"""compare's predicted against measured: each lever kind has a rule that sees it applied, and none in the same traffic."""
+"""compare's predicted against measured: each lever kind has a rule that sees it applied, none in the same traffic."""
 
 from __future__ import annotations
 
