@@ -70,9 +70,17 @@ def _span(trace: str, span: int, parent: int | None, name: str, start: int, end:
     return found
 
 
-def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float], streamed: float = 0.0) -> Path:
+def write_recording(
+    path: Path,
+    seed: int,
+    n: int,
+    medians: Mapping[str, float],
+    streamed: float = 0.0,
+    quality: tuple[float, float] | None = None,
+) -> Path:
     """``n`` requests, one OTLP JSON line each, stage times drawn from log-normals around ``medians``; a
-    ``streamed`` share of the chat calls stream, their first chunk after a quarter of the call."""
+    ``streamed`` share of the chat calls stream, their first chunk after a quarter of the call; with
+    ``quality`` (error rate, mean relevance), the chat span's status and a ``gen_ai.evaluation.result`` event."""
     rng = random.Random(seed)
     lines = []
     for index in range(n):
@@ -87,6 +95,20 @@ def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float],
         stream: dict[str, Any] = {"gen_ai.request.stream": rng.random() < streamed}
         if stream["gen_ai.request.stream"]:
             stream["gen_ai.response.time_to_first_chunk"] = model_call / 4 / 1000
+        chat_extra: dict[str, Any] = {}
+        if quality is not None:
+            error_rate, relevance = quality
+            score = round(min(1.0, max(0.0, rng.gauss(relevance, 0.1))), 3)
+            evaluation = {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": score}
+            chat_extra["events"] = [
+                {
+                    "name": "gen_ai.evaluation.result",
+                    "timeUnixNano": str(call_end),
+                    "attributes": _attributes(evaluation),
+                }
+            ]
+            if rng.random() < error_rate:
+                chat_extra["status"] = {"code": 2}
         spans = [
             _span(trace, 1, None, "POST /chat", begin, end),
             _span(trace, 2, 1, "retrieve documents", begin, t1),
@@ -98,7 +120,8 @@ def write_recording(path: Path, seed: int, n: int, medians: Mapping[str, float],
                 t1,
                 call_end,
                 **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini", **stream},
-            ),
+            )
+            | chat_extra,
             _span(trace, 4, 1, "prefetch profile", t1, prefetch_end),
         ]
         document = {
@@ -335,3 +358,61 @@ def test_a_lever_the_after_side_shows_applied_is_shown_against_its_estimate(tmp_
     same = write_recording(tmp_path / "same.jsonl", 33, 400, MEDIANS, streamed=0.5)
     code, out, _ = _main("compare", before, same, "-b", budgets, "-f", "json")
     assert json.loads(out)["predicted_against_measured"] == []
+
+
+def test_a_faster_model_call_with_worse_answers_is_marked_and_gated(tmp_path: Path, budgets: Path) -> None:
+    """Evaluation events and error status in the recordings, read by issue 46's reader: the faster model call's
+    answers got worse (errors 2% → 25%, relevance 0.8 → 0.55): faster, but worse answers; --max-quality-drop exit 1."""
+    faster = {**MEDIANS, "model_call": 600.0}
+    before = write_recording(tmp_path / "before.jsonl", 11, 300, MEDIANS, quality=(0.02, 0.8))
+    after = write_recording(tmp_path / "after.jsonl", 12, 300, faster, quality=(0.25, 0.55))
+    code, out, err = _main("compare", before, after, "-b", budgets, "-f", "json")
+    assert code == 0, err
+    model = _row(json.loads(out), "model_call")
+    assert model["verdict"] == "faster"
+    worse = {q["metric"]: q for q in model["quality"] if q["worse"]}
+    assert set(worse) == {"errors", "score: relevance"}
+    assert worse["errors"]["low"] <= 0.23 <= worse["errors"]["high"]
+    code, out, _ = _main("compare", before, after, "-b", budgets, "--max-quality-drop", "model_call=10%")
+    assert code == 1
+    assert "faster, but worse answers (errors, score: relevance)" in out
+    assert "- model_call=10%: profile default, model_call, errors" in out
+    same = write_recording(tmp_path / "same.jsonl", 13, 300, MEDIANS, quality=(0.02, 0.8))
+    code, out, _ = _main("compare", before, same, "-b", budgets, "--max-quality-drop", "5%", "-f", "json")
+    assert code == 0
+    assert not any(q["worse"] for row in json.loads(out)["rows"] for q in row["quality"])
+
+
+def test_evaluation_log_records_of_each_side_are_joined_to_its_calls(tmp_path: Path, budgets: Path) -> None:
+    """--before-logs and --after-logs: evaluation results as log records, each side's joined to its own calls."""
+
+    def logs(path: Path, recording: Path, relevance: float) -> Path:
+        records = []
+        for line in recording.read_text(encoding="utf-8").splitlines():
+            chat = json.loads(line)["resourceSpans"][0]["scopeSpans"][0]["spans"][2]
+            attributes = {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": relevance}
+            records.append(
+                {
+                    "timeUnixNano": chat["endTimeUnixNano"],
+                    "eventName": "gen_ai.evaluation.result",
+                    "traceId": chat["traceId"],
+                    "spanId": chat["spanId"],
+                    "attributes": _attributes(attributes),
+                }
+            )
+        document = {
+            "resourceLogs": [{"resource": {}, "scopeLogs": [{"scope": {"name": "evals"}, "logRecords": records}]}]
+        }
+        path.write_text(json.dumps(document) + "\n", encoding="utf-8")
+        return path
+
+    before = write_recording(tmp_path / "before.jsonl", 14, 100, MEDIANS)
+    after = write_recording(tmp_path / "after.jsonl", 15, 100, MEDIANS)
+    code, out, err = _main(
+        "compare", before, after, "-b", budgets, "-f", "json",
+        "--before-logs", logs(tmp_path / "before-logs.jsonl", before, 0.9),
+        "--after-logs", logs(tmp_path / "after-logs.jsonl", after, 0.4),
+    )  # fmt: skip
+    assert code == 0, err
+    [score] = [q for q in _row(json.loads(out), "model_call")["quality"] if q["metric"] == "score: relevance"]
+    assert (score["before"], score["after"], score["worse"]) == (pytest.approx(0.9), pytest.approx(0.4), True)

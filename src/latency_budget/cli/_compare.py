@@ -140,6 +140,16 @@ def register(commands: Any) -> None:
         default=30.0,
         help="deadline for each of Jaeger's answers, connection included (default: 30)",
     )
+    quality = parser.add_argument_group("the answers' quality (read as report reads it)")
+    for side in ("before", "after"):
+        quality.add_argument(
+            f"--{side}-logs",
+            metavar="FILE",
+            action="append",
+            default=[],
+            help=f"OTLP JSON log records holding evaluation results of {side.upper()}'s calls; repeatable "
+            "(a trace file's own log records are read too)",
+        )
     add_budgets_argument(parser, required=False, restage=True)
     stats = parser.add_argument_group("statistics")
     stats.add_argument(
@@ -193,6 +203,7 @@ def _side(args: argparse.Namespace, which: str, value: str) -> argparse.Namespac
     """The arguments ``load_recorded`` reads for one side."""
     side = argparse.Namespace(**vars(args))
     side.traces, side.lookback, side.until = [value], "1h", None
+    side.logs = args.before_logs if which == "BEFORE" else args.after_logs
     if args.jaeger:
         start, sep, end = value.partition("..")
         if not sep or not start.strip():

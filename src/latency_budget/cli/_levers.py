@@ -19,6 +19,7 @@ from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
 from latency_budget._core.estimators import Fit, fit_or_reason
 from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves
 from latency_budget._core.levers import AdviceFor, Finding, RecordedBaseline, fit_caption, request_levers
+from latency_budget._core.quality import QualityStats
 from latency_budget._core.report import TraceReport
 from latency_budget.cli._stats import percentile
 
@@ -74,7 +75,7 @@ class LeverSummary:
 
 @dataclass(frozen=True, slots=True)
 class ModelRow:
-    """One model in one stage: its calls' durations and first tokens (each sorted, ms)."""
+    """One model in one stage: its calls' durations and first tokens (each sorted, ms), and its answers' quality."""
 
     stage: str
     model: str
@@ -85,6 +86,7 @@ class ModelRow:
     ms_per_output_token: float | None
     rate_calls: int
     rate_from: str | None
+    quality: QualityStats | None = None  # what the telemetry says of its answers (None: nothing)
 
     @property
     def count(self) -> int:
@@ -307,6 +309,7 @@ def _model_rows(baseline: RecordedBaseline) -> list[ModelRow]:
                     stats.ms_per_output_token,
                     stats.rate_calls,
                     stats.rate_from,
+                    baseline.quality(stage, model),
                 )
             )
     return rows
