@@ -20,6 +20,7 @@ from latency_budget._core.kinds import HINT_KINDS
 from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS
 from latency_budget._demo import example_budgets, run_demo
 from latency_budget._demo.run import DemoRun
+from latency_budget._demo.scenario import plan_request
 from latency_budget.cli._levers import analyse_levers
 
 from .conftest import run_cli
@@ -318,3 +319,18 @@ def test_demo_user_errors_are_one_line(args: list[str], message: str) -> None:
     assert message in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+def test_applying_streaming_changes_only_whether_answers_stream() -> None:
+    """--apply streaming draws the same requests (names, times, tokens): only stream flags and first chunks change."""
+    stream_keys = {"gen_ai.request.stream", "gen_ai.response.time_to_first_chunk"}
+    newly_streamed = 0
+    for index in range(120):
+        before, after = plan_request(7, index), plan_request(7, index, frozenset({"streaming"}))
+        assert after.info.streamed
+        newly_streamed += not before.info.streamed
+        for one, two in zip(before.root.walk(), after.root.walk(), strict=True):
+            assert (one.name, one.start_ns, one.end_ns) == (two.name, two.start_ns, two.end_ns)
+            unchanged = {k: v for k, v in one.attributes.items() if k not in stream_keys}
+            assert unchanged == {k: v for k, v in two.attributes.items() if k not in stream_keys}
+    assert newly_streamed > 5  # the legacy web client's requests

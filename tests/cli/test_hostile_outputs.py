@@ -186,12 +186,18 @@ def hostile_traces(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _run(*args: str | Path) -> str:
+    if args[0] == "compare":  # the recording against itself: every name on both sides
+        args = (args[0], args[1], *args[1:])
     result = run_cli(*args)
     assert result.returncode in (0, 1), result.stderr
     return result.stdout
 
 
-@pytest.mark.parametrize("command", ["report", "check"])
+# The names each command shows: report the models, providers and data sources; compare the models.
+_SHOWN = {"report": (NEWLINE, HTML_TAGS + TERMINAL, MARKDOWN), "check": (NEWLINE,), "compare": (NEWLINE, MARKDOWN)}
+
+
+@pytest.mark.parametrize("command", ["report", "check", "compare"])
 def test_text_output_shows_every_name_escaped_on_its_line(command: str, hostile_traces: Path) -> None:
     """Table output holds no raw ESC, BEL, U+2028 or U+202E, no forged line, and the names shown escaped."""
     out = _run(command, hostile_traces, "-b", BUDGETS)
@@ -199,11 +205,11 @@ def test_text_output_shows_every_name_escaped_on_its_line(command: str, hostile_
         assert char not in out
     assert FORGED not in out.splitlines()
     assert not any(line.startswith(FORGED) for line in out.splitlines())
-    for name in (NEWLINE, HTML_TAGS + TERMINAL, MARKDOWN) if command == "report" else (NEWLINE,):
+    for name in _SHOWN[command]:
         assert terminal_text(name) in out
 
 
-@pytest.mark.parametrize("command", ["report", "check"])
+@pytest.mark.parametrize("command", ["report", "check", "compare"])
 def test_markdown_renders_names_as_text_only(command: str, hostile_traces: Path, markdown: Any) -> None:
     """Rendered Markdown has no image, script, raw HTML or link from a name, and every table row keeps its cells."""
     source = _run(command, hostile_traces, "-b", BUDGETS, "--format", "markdown")
@@ -217,6 +223,9 @@ def test_markdown_renders_names_as_text_only(command: str, hostile_traces: Path,
     text = "".join(tree.text)
     for char in RAW_DANGER:
         assert char not in text
+    if command == "compare":
+        assert "x | ![t](http://127.0.0.1:9/p.png) <img src=x>" in text  # the embedding model, as it is
+        assert "m\\x0alatency-budget check: all budgets met" in text
     if command == "report":
         assert "x | ![t](http://127.0.0.1:9/p.png) <img src=x>" in text  # the name, shown as it is
         assert "<script>alert(1)</script><b>bold</b>\\x1b]0;pwned" in text
@@ -245,7 +254,7 @@ def _table_rows(source: str) -> list[list[list[str]]]:
     return tables
 
 
-@pytest.mark.parametrize("command", ["report", "check"])
+@pytest.mark.parametrize("command", ["report", "check", "compare"])
 def test_json_output_keeps_names_exactly_and_ascii(command: str, hostile_traces: Path) -> None:
     """--format json is ASCII (no raw control or bidi character) and reads back to the very names recorded."""
     out = _run(command, hostile_traces, "-b", BUDGETS, "--format", "json")
@@ -254,11 +263,14 @@ def test_json_output_keeps_names_exactly_and_ascii(command: str, hostile_traces:
     if command == "report":
         models = {row["model"] for row in document["models"]}
         assert {NEWLINE, MARKDOWN} <= models
+    if command == "compare":
+        assert {NEWLINE, MARKDOWN} <= {row["model"] for row in document["rows"]}
 
 
-def _dom(browser: str, traces: Path, page: Path) -> _Tree:
-    """The report page of ``traces`` as headless Chromium builds its DOM."""
-    result = run_cli("report", traces, "-b", BUDGETS, "--html", page)
+def _dom(browser: str, traces: Path, page: Path, command: str = "report") -> _Tree:
+    """The ``command`` page of ``traces`` (compare: against itself) as headless Chromium builds its DOM."""
+    sides = (traces, traces) if command == "compare" else (traces,)
+    result = run_cli(command, *sides, "-b", BUDGETS, "--html", page)
     assert result.returncode == 0, result.stderr
     rendered = subprocess.run(
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", page.as_uri()],
@@ -281,6 +293,18 @@ def test_html_page_renders_names_as_inert_text(hostile_traces: Path, browser: st
     assert "\u202e" not in text
     assert "evil\\u202etxt.exe" in text  # a tool's span name, in the slowest request's waterfall
     assert "<script>alert(1)</script><b>bold</b>" in text  # the provider's name, as text
+
+
+def test_compare_page_renders_names_as_inert_text(hostile_traces: Path, browser: str, tmp_path: Path) -> None:
+    """compare --html in Chromium's DOM: hostile model names add no element and no URL, and show as text."""
+    hostile = _dom(browser, hostile_traces, tmp_path / "hostile.html", "compare")
+    plain = _dom(browser, OTLP, tmp_path / "plain.html", "compare")
+    assert Counter(hostile.tags) == Counter(plain.tags)
+    assert hostile.urls == plain.urls == []
+    assert plain.tags.count("polyline") >= 4  # before's outline over after's bars, per row rendered
+    text = "".join(hostile.text)
+    assert "\u202e" not in text
+    assert "x | ![t](http://127.0.0.1:9/p.png) <img src=x>" in text  # the embedding model's row, as text
 
 
 # -- rules: promtool, YAML and the pasted command -------------------------------------------------

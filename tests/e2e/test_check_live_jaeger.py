@@ -174,3 +174,19 @@ def test_a_jaeger_port_that_is_not_the_query_service_answers_404(jaeger: JaegerS
     health = jaeger.process.health_url.removesuffix("/status")
     result = run_cli("check", "--jaeger", health, "--service", stored.service, "-b", stored.budgets)
     assert_one_line_error(result, f"{health}/api/traces", "Jaeger answered HTTP 404", "404 page not found")
+
+
+def test_compare_reads_each_side_from_its_own_time_window(jaeger: JaegerService, stored: Stored) -> None:
+    """compare's windows are Jaeger's start..end: 4h..1h holds the three old requests, 1h..now the six recent ones."""
+    result = run_cli(
+        "compare", "--jaeger", jaeger.query_url, "--service", stored.service, "-b", stored.budgets,
+        "4h..1h", "1h..now", "-f", "json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert (document["before"]["requests"], document["after"]["requests"]) == (OLD, RECENT)
+    assert document["before"]["sources"] == [f"{jaeger.query_url} (service {stored.service}, from 4h to 1h ago)"]
+    assert document["after"]["sources"] == [f"{jaeger.query_url} (service {stored.service}, last 1h)"]
+    model = next(row for row in document["rows"] if row["stage"] == "model_call" and row["model"] is None)
+    assert model["before"]["p50_ms"] == pytest.approx(1_200.0)  # the old requests were all slow
+    assert model["change"] is None  # fewer than 10 requests a side: figures, no verdict

@@ -61,6 +61,13 @@ def test_slow_guardrail(latency_budget):
         pipeline(guard_ms=80)
 
 
+def test_baseline(latency_budget):
+    old = latency_budget(fn=pipeline, runs=12, percentile=50)
+    slower = iter([700, 720, 740, 760] * 3)
+    new = latency_budget(fn=lambda: pipeline(model_ms=next(slower)), runs=12, percentile=50)
+    latency_budget.assert_no_regression(old, new, max_regression={"model_call": "10%"})
+
+
 def test_repeated(latency_budget):
     durations = iter([500] * 9 + [3000])
     result = latency_budget(fn=lambda: pipeline(model_ms=next(durations)), runs=10, percentile=90)
@@ -78,17 +85,20 @@ def project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 def test_fixture_passes_fails_and_warns_with_the_stage_table(project: pytest.Pytester) -> None:
-    """Via the pytest11 entry point: a fast pipeline passes, a slow one fails with the table, a warn-level one warns."""
+    """Via the pytest11 entry point: a fast pipeline passes, a slow one fails with the table, a warn-level one warns;
+    the fixture's baseline comparison fails a model call slower than the baseline."""
     result = project.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3, failed=1, warnings=1)
+    result.assert_outcomes(passed=3, failed=2, warnings=1)
     result.stdout.fnmatch_lines(
         [
             "*latency budget exceeded: model_call, total (*budgets.yaml, profile default)*",
             "*Stage      | Budget | Actual | Within budget?*",
             "*model_call | 800ms  | 900ms  | NO  <-- over budget (duration)*",
+            "E  *model_call, profile default: +2*ms (+4*%), interval * over the limit model_call=10%",
             "*LatencyBudgetWarning: latency budget warning: guardrails*",
             "*guardrails | 50ms   | 80ms   | warn (duration)*",
             "FAILED test_pipeline.py::test_slow - AssertionError: latency budget exceeded*",
+            "FAILED test_pipeline.py::test_baseline - AssertionError: latency regression*",
         ]
     )
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import math
+import random
 import threading
 import warnings
 from collections.abc import Iterator
@@ -15,7 +18,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 from latency_budget import load_budgets
-from latency_budget.testing import BudgetChecker, LatencyBudgetWarning, assert_within_budget
+from latency_budget.export.file import encode_otlp_json
+from latency_budget.testing import (
+    BudgetChecker,
+    BudgetResult,
+    LatencyBudgetWarning,
+    assert_no_regression,
+    assert_within_budget,
+)
 
 from .helpers import at, op
 
@@ -358,3 +368,44 @@ def test_checker_without_budgets_says_how_to_configure_them() -> None:
     """With no default budget file, the fixture explains the option and the ini setting."""
     with pytest.raises(LookupError, match="--latency-budgets"):
         BudgetChecker()()
+
+
+def _runs(model_ms: float, seed: int, runs: int = 40) -> BudgetResult:
+    """``runs`` runs of the pipeline, the model call's time drawn around ``model_ms`` (seeded, explicit times)."""
+    rng = random.Random(seed)
+    return assert_within_budget(
+        RELAXED, lambda: pipeline(model_ms=model_ms * math.exp(rng.gauss(0, 0.2))), runs=runs, percentile=50
+    )
+
+
+def test_assert_no_regression_fails_a_slower_stage_and_names_it() -> None:
+    """A model call 60% slower than the baseline breaks max_regression model_call=10%: AssertionError naming it."""
+    baseline, current = _runs(400, 1), _runs(640, 2)
+    with pytest.raises(
+        AssertionError, match=r"model_call, profile default: \+\d+\.\dms .* over the limit model_call=10%"
+    ):
+        assert_no_regression(baseline, current, max_regression={"model_call": "10%"})
+
+
+def test_assert_no_regression_passes_the_same_traffic_and_returns_the_comparison() -> None:
+    """Two samples of the same traffic pass any limit; the comparison is returned for further assertions."""
+    found = assert_no_regression(_runs(400, 3), _runs(400, 4), max_regression={"total": "5%", "model_call": "5%"})
+    assert found.row("model_call").verdict == "no change"
+    assert (found.requests_before, found.requests_after) == (40, 40)
+
+
+def test_assert_no_regression_reads_a_recording_baseline_by_the_current_side_s_budgets(tmp_path: Path) -> None:
+    """A recording (OTLP JSON lines) as the baseline is judged by the current result's budgets, as report judges it."""
+    baseline = _runs(400, 5)
+    recording = tmp_path / "baseline.jsonl"
+    recording.write_text(json.dumps(encode_otlp_json(list(baseline.spans))) + "\n", encoding="utf-8")
+    found = assert_no_regression(recording, _runs(400, 6), max_regression="10%")
+    assert found.requests_before == 40
+    with pytest.raises(AssertionError, match="end to end: "):
+        assert_no_regression(recording, _runs(800, 7), max_regression="10%")
+
+
+def test_assert_no_regression_refuses_a_stage_the_budgets_do_not_have() -> None:
+    """A limit on an unknown stage is a ValueError naming it, not a silent pass."""
+    with pytest.raises(ValueError, match="no stage 'nowhere'"):
+        assert_no_regression(_runs(400, 8, runs=10), _runs(400, 9, runs=10), max_regression={"nowhere": "5%"})

@@ -137,6 +137,7 @@ def run_demo(
     end_time_ns: int | None = None,
     on_progress: ProgressCallback | None = None,
     on_report: Sequence[ReportCallback] = (),
+    applied: frozenset[str] = frozenset(),
 ) -> DemoRun:
     """Simulate ``requests`` support-assistant requests and judge them with ``config``.
 
@@ -147,11 +148,12 @@ def run_demo(
     ``on_progress(done, total)`` is called after each request is emitted. ``on_report`` adds
     sinks for the processor's reports, such as :class:`~latency_budget.export.ViolationLogEmitter`
     and :class:`~latency_budget.export.BudgetMetrics` (the caller flushes their providers).
+    ``applied`` names the levers the simulated team has applied (``scenario.APPLIED_LEVERS``).
     """
     if requests < 1 or concurrency < 1:
         raise ValueError("requests and concurrency must be at least 1")
     # Plans are made twice, here and when emitted, rather than kept: a long run stays small.
-    infos = [plan_request(seed, index).info for index in range(requests)]
+    infos = [plan_request(seed, index, applied).info for index in range(requests)]
     starts = schedule(infos, concurrency, seed)
     makespan = max(start + info.duration_ns for start, info in zip(starts, infos, strict=True))
     end_ns = end_time_ns if end_time_ns is not None else time.time_ns()
@@ -187,7 +189,7 @@ def run_demo(
     def emit(index: int) -> None:
         nonlocal done
         with ids.seeded(seed, index):
-            trace_ids[index] = _replay(tracer, plan_request(seed, index).root, base_ns + starts[index])
+            trace_ids[index] = _replay(tracer, plan_request(seed, index, applied).root, base_ns + starts[index])
         if on_progress is not None:
             with lock:
                 done += 1

@@ -35,7 +35,16 @@ from opentelemetry.util.types import AttributeValue
 from latency_budget._core.wording import plural
 from latency_budget._demo.latency import Latency
 
-__all__ = ["APP_SCOPE", "GENAI_SCOPE", "PlannedRequest", "PlannedSpan", "RequestInfo", "ToolMode", "plan_request"]
+__all__ = [
+    "APPLIED_LEVERS",
+    "APP_SCOPE",
+    "GENAI_SCOPE",
+    "PlannedRequest",
+    "PlannedSpan",
+    "RequestInfo",
+    "ToolMode",
+    "plan_request",
+]
 
 APP_SCOPE = "support_assistant"
 GENAI_SCOPE = "opentelemetry.instrumentation.openai_v2"
@@ -215,8 +224,18 @@ class _Agent:
     called: list[tuple[str, str]] = field(default_factory=list)  # (tool, arguments) so far
 
 
-def plan_request(seed: int, index: int) -> PlannedRequest:
-    """The plan of request number ``index`` of a run seeded with ``seed``; the same every time."""
+# The levers the demo can apply (``latency-budget demo --apply LEVER``), each with what it changes: a run
+# with a lever applied draws the same requests as without it (the same random draws), changed only by it.
+APPLIED_LEVERS: dict[str, str] = {
+    "streaming": "every client streams its answers, the legacy web client too",
+}
+
+
+def plan_request(seed: int, index: int, applied: frozenset[str] = frozenset()) -> PlannedRequest:
+    """The plan of request number ``index`` of a run seeded with ``seed``; the same every time.
+
+    ``applied`` names levers of :data:`APPLIED_LEVERS` the simulated team has applied.
+    """
     rng = random.Random(f"latency-budget-demo/{seed}/{index}")
     channel = "voice" if rng.random() < VOICE_SHARE else "chat"
     tier = rng.choices(TIERS, TIER_WEIGHTS)[0]
@@ -227,7 +246,7 @@ def plan_request(seed: int, index: int) -> PlannedRequest:
         question = f"{question} (order {order_id})"
     agent_state = _Agent(
         LARGE_MODEL if rng.random() < LARGE_MODEL_SHARE[tier] else SMALL_MODEL,
-        client != "web-legacy",
+        client != "web-legacy" or "streaming" in applied,
         question,
         order_id,
         _hex_id(rng, "cus_", 32),

@@ -50,13 +50,14 @@ EXIT_CODES: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = (
             ("check", "an error-level check fails"),
             ("validate", "the budget file is invalid"),
             ("doctor", "it found something the budget file misses"),
+            ("compare", "a --max-regression or --max-quality-drop limit is broken"),
         ),
     ),
     (
         2,
         (
             ("*", "unusable input: a bad option, an unreadable, malformed or oversized file"),
-            ("check report suggest doctor init", "a trace format it does not read, an unreachable Jaeger"),
+            ("check report compare suggest doctor init", "a trace format it does not read, an unreachable Jaeger"),
             ("check", "no --budgets for a recording other than the demo's"),
             ("init", "the output file exists (--force overwrites it)"),
             ("demo", "an unreachable Collector (spans not exported)"),

@@ -21,6 +21,7 @@ from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
 from latency_budget._demo import EXAMPLE_BUDGETS_NAME, DemoRun, example_budgets, run_demo
 from latency_budget._demo.run import demo_resource
+from latency_budget._demo.scenario import APPLIED_LEVERS
 from latency_budget._processor import ReportCallback
 from latency_budget.cli._stats import optimisation, summarize
 from latency_budget.export._otlp import PROTOCOLS, OtlpSettingError, OtlpTarget, otlp_target
@@ -69,6 +70,7 @@ def register(commands: Any) -> None:
             "latency-budget demo",
             "latency-budget demo --requests 5000 --seed 42 --show 1",
             "latency-budget demo --budgets my-budgets.yaml --save-traces traces.jsonl",
+            "latency-budget demo --apply streaming --seed 8 --save-traces after.jsonl   # to compare",
             "latency-budget demo --otlp-endpoint http://localhost:4317      # to a Collector",
             "OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf \\",
             "    latency-budget demo",
@@ -91,6 +93,15 @@ def register(commands: Any) -> None:
     )
     parser.add_argument(
         "--budgets", "-b", metavar="FILE", help=f"budget YAML file (default: the built-in {EXAMPLE_BUDGETS_NAME})"
+    )
+    parser.add_argument(
+        "--apply",
+        action="append",
+        choices=tuple(APPLIED_LEVERS),
+        default=[],
+        metavar="LEVER",
+        help="apply a latency lever to the simulated app, to compare a run before and after it "
+        f"(latency-budget compare); the same seed draws the same requests: {_applied_help()}",
     )
     parser.add_argument(
         "--show",
@@ -149,6 +160,10 @@ class _Counting(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
+def _applied_help() -> str:
+    return "; ".join(f"{name}: {what}" for name, what in APPLIED_LEVERS.items())
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the simulation, print sample requests and the summary."""
     config, budgets_label = load_budgets_option(args.budgets, example_budgets, f"{EXAMPLE_BUDGETS_NAME} (built in)")
@@ -181,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
             on_progress=progress.update,
             on_report=sinks,
             resource=demo_resource(EXAMPLE_BUDGETS_NAME if args.budgets is None else None),
+            applied=frozenset(args.apply),
         )
     finally:
         progress.close()

@@ -15,6 +15,7 @@ from latency_budget._encode import terminal_text
 from latency_budget._version import __version__
 from latency_budget.cli import (
     _check,
+    _compare,
     _demo,
     _doctor,
     _init,
@@ -30,7 +31,7 @@ from latency_budget.cli._output import finish_output
 
 __all__ = ["main"]
 
-_SUBCOMMANDS = (_demo, _init, _validate, _check, _report, _suggest, _doctor, _rules, _schema, _serve)
+_SUBCOMMANDS = (_demo, _init, _validate, _check, _report, _compare, _suggest, _doctor, _rules, _schema, _serve)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -51,7 +51,9 @@ __all__ = [
     "DEMO_LABEL",
     "Recorded",
     "add_budgets_argument",
+    "add_limit_arguments",
     "add_trace_arguments",
+    "judge_recording",
     "load_config",
     "load_recorded",
     "load_traces",
@@ -105,6 +107,12 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = Tru
             "results (gen_ai.evaluation.result) of the traces' calls; repeatable. A trace file may hold both "
             "signals: its log records are read too",
         )
+    add_limit_arguments(parser, streamed=streamed)
+
+
+def add_limit_arguments(parser: argparse.ArgumentParser, *, streamed: bool = True) -> None:
+    """The limits on the input: ``--max-input-size``, ``--max-line-size``, ``--max-json-depth``,
+    ``--max-spans`` and ``--window``."""
     bounds = parser.add_argument_group("limits on the input (see docs/reliability.md)")
     defaults = InputLimits()
     max_spans = STREAMED_MAX_SPANS if streamed else defaults.max_spans
@@ -444,6 +452,31 @@ def _judge_files(
     return traces, [report for *_, report in judged]
 
 
+def judge_recording(paths: list[str], config: BudgetConfig) -> list[TraceReport]:
+    """The judged requests of recordings, read as ``report`` reads them, by ``config`` (the testing helpers'),
+    each model call with what the recording says of its quality.
+
+    Unusable input raises ``ValueError`` with the one line the CLI would print.
+    """
+    defaults = InputLimits()
+    args = argparse.Namespace(
+        traces=paths,
+        service=None,
+        window=DEFAULT_WINDOW,
+        max_input_size=defaults.max_bytes,
+        max_line_size=defaults.max_line_bytes,
+        max_json_depth=defaults.max_depth,
+        max_spans=STREAMED_MAX_SPANS,
+    )
+    quality = RecordingQuality()
+    try:
+        reports = _judge_files(args, config, quality=quality)[1]
+    except CliError as exc:
+        raise ValueError(str(exc)) from None
+    quality.join()  # the evaluation log records in the files, joined to their calls
+    return reports
+
+
 def _first_batch(batches: Iterator[list[ParsedSpan]]) -> list[ParsedSpan]:
     """The first document's spans that holds any (a recording may start with log records), or none."""
     for batch in batches:
@@ -498,7 +531,13 @@ def load_traces(args: argparse.Namespace) -> TraceSet:
         if not args.service:
             raise CliError("--jaeger needs --service NAME (the service whose traces to check)")
         traces = read_jaeger(
-            args.jaeger, args.service, args.lookback, limit=args.limit, timeout_s=args.timeout, limits=limits
+            args.jaeger,
+            args.service,
+            args.lookback,
+            limit=args.limit,
+            timeout_s=args.timeout,
+            limits=limits,
+            until=getattr(args, "until", None),
         )
         if not traces.spans:
             raise CliError(f"{traces.sources[0]}: Jaeger returned no traces")

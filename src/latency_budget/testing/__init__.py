@@ -17,13 +17,24 @@ error-level budget exceeded raises ``AssertionError`` with the stage table; a wa
 one issues a :class:`LatencyBudgetWarning` and passes. The ``latency_budget`` pytest
 fixture (installed with the package) is the same function, with a default budget file
 from ``--latency-budgets`` or the ``latency_budgets`` ini option.
+
+Before against after (what ``latency-budget compare`` does), on repeated runs or recordings::
+
+    old = assert_within_budget("budgets.yaml", lambda: old_pipeline("question"), runs=30, percentile=95)
+    new = assert_within_budget("budgets.yaml", lambda: my_pipeline("question"), runs=30, percentile=95)
+    found = assert_no_regression(old, new, max_regression={"total": "10%", "model_call": "50ms"})
+    assert found.row("retrieval").verdict != "slower"
+
+``assert_no_regression`` raises ``AssertionError`` when a stage (or the end to end time) is
+demonstrably slower, at the percentile, by more than its limit; the baseline can also be a
+recording (``"baseline.jsonl"``), judged by the other side's budgets.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from types import TracebackType
 from typing import overload
@@ -33,12 +44,21 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from latency_budget._config import BudgetConfig, as_config
 from latency_budget._config.model import Severity
+from latency_budget._core.comparison import Comparison
 from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
+from latency_budget.testing._baseline import assert_no_regression
 from latency_budget.testing._capture import Capture, capture_spans
 from latency_budget.testing._verdict import judge_block, percentile_reports
 
-__all__ = ["BudgetBlock", "BudgetChecker", "BudgetResult", "LatencyBudgetWarning", "assert_within_budget"]
+__all__ = [
+    "BudgetBlock",
+    "BudgetChecker",
+    "BudgetResult",
+    "LatencyBudgetWarning",
+    "assert_no_regression",
+    "assert_within_budget",
+]
 
 Budgets = BudgetConfig | str | os.PathLike[str]
 
@@ -233,6 +253,22 @@ class BudgetChecker:
     ) -> BudgetBlock | BudgetResult:
         config = self.budgets() if budgets is None else as_config(budgets)
         return _check(config, fn, runs, percentile, tracer_provider)
+
+    def assert_no_regression(
+        self,
+        baseline: BudgetResult | Sequence[TraceReport] | str | os.PathLike[str],
+        current: BudgetResult | Sequence[TraceReport] | str | os.PathLike[str],
+        *,
+        max_regression: str | Mapping[str, str] = "10%",
+        percentile: float = 50.0,
+    ) -> Comparison:
+        """:func:`assert_no_regression`, a recording judged by the default budgets when no side brings its own."""
+        budgets = None
+        if not isinstance(baseline, BudgetResult) and not isinstance(current, BudgetResult):
+            budgets = self.budgets()
+        return assert_no_regression(
+            baseline, current, max_regression=max_regression, percentile=percentile, budgets=budgets
+        )
 
 
 def _check(

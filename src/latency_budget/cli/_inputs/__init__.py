@@ -142,19 +142,33 @@ def parse_trace_files(
 
 
 def read_jaeger(
-    url: str, service: str, lookback: str, *, limit: int, timeout_s: float, limits: InputLimits | None = None
+    url: str,
+    service: str,
+    lookback: str,
+    *,
+    limit: int,
+    timeout_s: float,
+    limits: InputLimits | None = None,
+    until: str | None = None,
 ) -> TraceSet:
-    """Search a Jaeger query service for ``service``'s traces of the last ``lookback``."""
+    """Search a Jaeger query service for ``service``'s traces of the last ``lookback``
+    (with ``until``, a duration: from ``lookback`` ago to ``until`` ago)."""
     limits = limits or InputLimits()
     try:
         seconds = parse_duration(lookback)
+        until_s = parse_duration(until) if until is not None else 0.0
     except ValueError as exc:
-        raise TraceInputError(f"--lookback: {exc}") from None
-    document, where = fetch_jaeger(url, service, seconds, limit=limit, timeout_s=timeout_s, limits=limits)
+        raise TraceInputError(f"--lookback: {exc}" if until is None else f"{lookback}..{until}: {exc}") from None
+    if until_s >= seconds:
+        raise TraceInputError(f"{lookback}..{until}: the window must start before it ends (from {lookback} ago)")
+    document, where = fetch_jaeger(
+        url, service, seconds, limit=limit, timeout_s=timeout_s, limits=limits, end_ago_s=until_s
+    )
     parsed = spans_from_jaeger(document, where)
     if len(parsed) > limits.max_spans:
         raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans (see --max-spans)")
-    label = f"{url.rstrip('/')} (service {service}, last {lookback})"
+    window = f"last {lookback}" if until is None else f"from {lookback} to {until} ago"
+    label = f"{url.rstrip('/')} (service {service}, {window})"
     records, repairs = assemble(parsed)
     return TraceSet(records, (label,), repairs)
 

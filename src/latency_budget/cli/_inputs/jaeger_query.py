@@ -39,25 +39,34 @@ def parse_duration(text: str) -> float:
 
 
 def fetch_jaeger(
-    base_url: str, service: str, lookback_s: float, *, limit: int, timeout_s: float, limits: InputLimits
+    base_url: str,
+    service: str,
+    lookback_s: float,
+    *,
+    limit: int,
+    timeout_s: float,
+    limits: InputLimits,
+    end_ago_s: float = 0.0,
 ) -> tuple[dict[str, Any], str]:
     """The JSON of one trace search, as Jaeger's UI makes it, and the URL asked; errors name the URL.
 
-    The search window ends now and starts ``lookback_s`` earlier (sent as ``start`` and
-    ``end`` in microseconds, which every Jaeger version honours). ``timeout_s`` bounds the
-    whole call: name lookup, connection, a slow or trickling answer. The answer may be at
-    most ``limits.max_bytes`` long, whatever its ``Content-Length`` says.
+    The search window ends ``end_ago_s`` before now (default: now) and starts ``lookback_s``
+    before now (sent as ``start`` and ``end`` in microseconds, which every Jaeger version
+    honours). ``timeout_s`` bounds the whole call: name lookup, connection, a slow or
+    trickling answer. The answer may be at most ``limits.max_bytes`` long, whatever its
+    ``Content-Length`` says.
     """
     parsed = urllib.parse.urlsplit(base_url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise TraceInputError(
             f"--jaeger: expected the query service's URL, like http://localhost:16686, got {base_url!r}"
         )
-    end_us = time.time_ns() // 1_000
+    now_us = time.time_ns() // 1_000
+    end_us = now_us - round(end_ago_s * 1e6)
     query = urllib.parse.urlencode(
         {
             "service": service,
-            "start": end_us - round(lookback_s * 1e6),
+            "start": now_us - round(lookback_s * 1e6),
             "end": end_us,
             "limit": limit,
         }
