@@ -187,7 +187,12 @@ class RecentCalls:
             if not self.add(samples):  # this trace's own calls count too (none: False)
                 return ()  # and none has an identity to remember (add says True for any)
             findings = request_levers(
-                calls, report, self, min_saving_ms=budgets.min_saving_ms, protected=budgets.protected_stages
+                calls,
+                report,
+                self,
+                min_saving_ms=budgets.min_saving_ms,
+                protected=budgets.protected_stages,
+                quality=budgets.quality,
             )
             self.remember(samples)  # after: "an earlier request" is strictly earlier
             if not findings:

@@ -21,6 +21,7 @@ from latency_budget._core.report import format_ms
 from ..wording import plural
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
 
@@ -28,7 +29,12 @@ __all__ = ["LEVER", "find"]
 
 
 def find(
-    stage: str, members: Sequence[Call], baseline: Baseline, cap: float, stats: dict[str, ModelStats | None]
+    stage: str,
+    members: Sequence[Call],
+    baseline: Baseline,
+    cap: float,
+    stats: dict[str, ModelStats | None],
+    policy: QualityPolicy,
 ) -> Finding | None:
     """The output lever in one stage: its answers' tokens beyond their model's median, at its time per token."""
     stage_stats(stats, baseline, stage, members)
