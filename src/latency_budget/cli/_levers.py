@@ -22,6 +22,7 @@ from latency_budget._core.estimators import Fit, fit_or_reason
 from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves
 from latency_budget._core.levers import AdviceFor, Finding, RecordedBaseline, fit_caption, request_levers
 from latency_budget._core.levers.weigh import Outcome, outcome_of, quality_caveat, weigh_outcomes
+from latency_budget._core.quality import QualityStats
 from latency_budget._core.report import TraceReport
 from latency_budget.cli._stats import percentile
 
@@ -83,7 +84,7 @@ class LeverSummary:
 
 @dataclass(frozen=True, slots=True)
 class ModelRow:
-    """One model in one stage: its calls' durations and first tokens (each sorted, ms)."""
+    """One model in one stage: its calls' durations and first tokens (each sorted, ms), and its answers' quality."""
 
     stage: str
     model: str
@@ -94,6 +95,7 @@ class ModelRow:
     ms_per_output_token: float | None
     rate_calls: int
     rate_from: str | None
+    quality: QualityStats | None = None  # what the quality reader found of its answers in the stage
 
     @property
     def count(self) -> int:
@@ -142,6 +144,7 @@ class LeverAnalysis:
     models: tuple[ModelRow, ...]
     contexts: tuple[ContextRow, ...]
     left_out: int = 0
+    policy: QualityPolicy = DEFAULT_QUALITY  # the budget file's quality section (which evaluations count)
 
 
 def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None = None) -> LeverAnalysis:
@@ -243,6 +246,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
         tuple(_model_rows(baseline)),
         tuple(_context_rows(baseline)),
         len(left_out) + sum(report.hints_left_out for report in ordered),
+        policy,
     )
 
 
@@ -363,6 +367,7 @@ def _model_rows(baseline: RecordedBaseline) -> list[ModelRow]:
                     stats.ms_per_output_token,
                     stats.rate_calls,
                     stats.rate_from,
+                    baseline.quality(stage, model),
                 )
             )
     return rows

@@ -109,7 +109,7 @@ LEVER = Lever(
     controls_for="fits time to first token on input tokens where calls stream (prefill alone), else duration "
     "with output tokens held fixed: a longer input that brings a longer answer is not counted as prefill",
     evidence="evaluation scores of calls with trimmed and full contexts; cached input tokens (trimming a prefix "
-    "the provider serves from its prompt cache can cost more than it saves)",
+    "the provider serves from its prompt cache can cost more than it saves); with no quality data, it says so",
     never="trimming a protected stage's input",
     needs=("evaluation_scores",),
     advise=advise,

@@ -153,8 +153,9 @@ LEVER = Lever(
     fits="calls to a model whose median duration in the stage is above the fastest model's there",
     controls_for="compares models within one stage only (the same kind of work), each with enough calls for a "
     "steady median; the saving scales each call by the ratio of the medians",
-    evidence="each model's evaluation scores, error rate and guardrail block rate in the stage: a faster model "
-    "is only a saving where its answers are as good",
+    evidence="each model's evaluation scores (those quality.evaluations counts), error rate and guardrail block rate "
+    "in the stage: the faster model is recommended only where a non-inferiority test shows its answers are not worse "
+    "by more than quality.max_drop, else the trade is said instead; with none of them, it says so",
     never="swapping the model of a protected stage's calls",
     needs=("evaluation_scores", "guardrail_outcomes", "error_status"),
     advise=advise,

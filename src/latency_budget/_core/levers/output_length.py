@@ -104,7 +104,7 @@ LEVER = Lever(
     controls_for="the time per output token is taken from generation time after the first token (streamed "
     "calls) where a rank test shows it grows with tokens, else from a tested fit; tool-call outputs stay out",
     evidence="evaluation scores and finish reasons (length) of shorter and longer answers: a cut answer can "
-    "be a worse one",
+    "be a worse one; with no quality data, it says so",
     never="shortening a protected stage's output",
     needs=("evaluation_scores", "finish_reasons"),
     advise=advise,
