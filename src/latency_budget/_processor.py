@@ -577,6 +577,8 @@ class LatencyBudgetProcessor(SpanProcessor):
         name, _, _, start, end, _ = ended
         # The function, not the bound method: partial calls it in one step (about 150 instructions fewer).
         levers = partial(RecentCalls.lever_hints, self._recent, state.names, state.budgets)  # never raises
+        if state.quality is not None:  # what its spans said of answers' quality (rare: only then the keyword)
+            levers = partial(levers, quality=state.quality)
         report = state.report(start, end, trace_id=state.trace_id, root_name=name, levers=levers)
         root_extra, events = root_annotation(state, report, stage, *ended)
         return annotated_copy(root, root_extra, events), report

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
@@ -53,6 +53,7 @@ class SpanRecord:
     events: tuple[Event, ...] = ()
     remote_parent: bool = False
     resource: Mapping[str, object] = field(default_factory=dict)
+    error: bool = False  # the span's status is ERROR (the quality reader counts a model call's errors)
 
 
 class Recorded(Protocol):
@@ -111,6 +112,7 @@ def record_of(span: ReadableSpan) -> SpanRecord:
         attributes=dict(span.attributes or {}),
         events=tuple(span.events),
         remote_parent=bool(parent is not None and parent.is_remote),
+        error=span.status.status_code is StatusCode.ERROR,
     )
 
 

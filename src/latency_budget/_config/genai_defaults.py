@@ -48,29 +48,38 @@ __all__ = [
     "AI_KEYS",
     "BUILTIN_STAGES",
     "CALL_KEYS",
+    "CUT_FINISH_REASONS",
     "DEFAULT_FIRST_TOKEN",
     "DEFAULT_PARALLELIZABLE",
     "DEFAULT_PROTECTED",
     "DIALECTS",
+    "EVALUATION_SPELLINGS",
     "EVIDENCE_CLASSES",
     "FIRST_TOKEN_SPELLINGS",
     "GENERATION_VALUES",
+    "GUARDRAIL_SPELLINGS",
     "INVOCATIONS",
     "INVOCATION_KEYS",
     "MODEL_HOSTS_ENV",
     "MODEL_KEYS",
     "NOT_CALLS",
     "PROVIDER_APIS",
+    "QUALITY_SPELLINGS",
+    "REFUSED_FINISH_REASONS",
     "REQUEST_STAGES",
     "STOP_AND_HANDOFF",
     "TOOL_CALLS_ONLY",
     "TOOL_CALL_FINISH_REASONS",
     "CallKeys",
     "Dialect",
+    "EvaluationSpelling",
     "EvidenceClass",
+    "FinishSpelling",
     "FirstTokenSpelling",
+    "GuardrailSpelling",
     "NotACall",
     "ProviderApi",
+    "QualitySpelling",
     "StopOrHandoff",
     "ToolCallsOnly",
     "builtin_rules",
@@ -1112,3 +1121,118 @@ def plausible_request(kind: SpanKind, remote_parent: bool, attributes: Mapping[s
         if value.__class__ is str and value in values:
             return True
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationSpelling:
+    """How one vocabulary writes an evaluation result of a call: a span event or a log record (event) named ``event``.
+
+    ``name_key`` names the evaluation (``correctness``), ``score_key`` holds its number,
+    ``label_key`` its label (``pass``); ``response_id_key`` names the evaluated answer when
+    the record is not parented to its span; a record with ``error_key`` is an evaluation
+    that failed, and says nothing of the answer.
+    """
+
+    source: str
+    event: str
+    name_key: str
+    score_key: str
+    label_key: str | None = None
+    response_id_key: str | None = None
+    error_key: str | None = None
+    evidence_class: EvidenceClass = field(default="GenAI semconv", kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailSpelling:
+    """How one vocabulary writes a guardrail's decision on a span of its own: ``key`` and its values.
+
+    ``flagged`` values mean the guardrail blocked, changed or flagged what it checked,
+    ``passed`` values that it let it through. With ``target_key``, the span judged the
+    model's answer only when that key is absent or holds one of ``answer_targets`` (an input
+    guardrail judges the prompt, not an answer).
+    """
+
+    source: str
+    key: str
+    flagged: tuple[str, ...]
+    passed: tuple[str, ...]
+    target_key: str | None = None
+    answer_targets: tuple[str, ...] = ()
+    evidence_class: EvidenceClass = field(default="GenAI semconv", kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class FinishSpelling:
+    """Finish reasons (read from ``CALL_KEYS.finish_reasons``) that say an answer was cut short or refused."""
+
+    source: str
+    cut: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()
+    evidence_class: EvidenceClass = field(default="GenAI semconv", kw_only=True)
+
+
+QualitySpelling = EvaluationSpelling | GuardrailSpelling | FinishSpelling
+
+# What the telemetry says of the answers' quality (issue 46): every spelling of an evaluation
+# result, a guardrail's decision and a finish reason that the quality reader
+# (``_core/quality_reader.py``) reads, one entry each. Recognising the next one is a new row.
+QUALITY_SPELLINGS: tuple[QualitySpelling, ...] = (
+    EvaluationSpelling(
+        # The GenAI semantic conventions' event (events.yaml): parented to the evaluated span,
+        # or naming its gen_ai.response.id; written as a span event or as a log record.
+        # splunk-otel-util-genai-evals (EvaluationEventsEmitter: a log record in the evaluated
+        # call's span context, tests/frameworks/genai_evals) and the Azure AI tracer of
+        # langchain-azure-ai (the logs API, a span event as fall-back) emit it.
+        "OpenTelemetry GenAI semantic conventions: the gen_ai.evaluation.result event",
+        "gen_ai.evaluation.result",
+        name_key="gen_ai.evaluation.name",
+        score_key="gen_ai.evaluation.score.value",
+        label_key="gen_ai.evaluation.score.label",
+        response_id_key="gen_ai.response.id",
+        error_key="error.type",
+    ),
+    EvaluationSpelling(
+        # splunk-otel-util-genai-evals' legacy event (emit_legacy_event): the same attributes
+        # under the event name the conventions' drafts used.
+        "splunk-otel-util-genai-evals: the legacy gen_ai.evaluation event",
+        "gen_ai.evaluation",
+        name_key="gen_ai.evaluation.name",
+        score_key="gen_ai.evaluation.score.value",
+        label_key="gen_ai.evaluation.score.label",
+        response_id_key="gen_ai.response.id",
+        error_key="error.type",
+        evidence_class="instrumentation's own keys",
+    ),
+    GuardrailSpelling(
+        # The security conventions' apply_guardrail span (semantic-conventions PR 3233): its
+        # decision is an attribute, and the span's status stays OK when it denies.
+        "OpenTelemetry GenAI semantic conventions: apply_guardrail's gen_ai.security.decision.type",
+        "gen_ai.security.decision.type",
+        flagged=("deny", "warn", "modify"),
+        passed=("allow", "audit"),
+        target_key="gen_ai.security.target.type",
+        answer_targets=("llm_output",),
+    ),
+    FinishSpelling("OpenAI (and the conventions' examples)", cut=("length",), refused=("content_filter",)),
+    FinishSpelling("Anthropic Messages API stop reasons", cut=("max_tokens",), refused=("refusal",)),
+    FinishSpelling(
+        "Google Gemini finish reasons",
+        cut=("MAX_TOKENS",),
+        refused=("SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII"),
+    ),
+    FinishSpelling("Amazon Bedrock Converse stop reasons", refused=("guardrail_intervened", "content_filtered")),
+)
+
+EVALUATION_SPELLINGS: tuple[EvaluationSpelling, ...] = tuple(
+    s for s in QUALITY_SPELLINGS if isinstance(s, EvaluationSpelling)
+)
+GUARDRAIL_SPELLINGS: tuple[GuardrailSpelling, ...] = tuple(
+    s for s in QUALITY_SPELLINGS if isinstance(s, GuardrailSpelling)
+)
+CUT_FINISH_REASONS: frozenset[str] = frozenset(
+    reason for s in QUALITY_SPELLINGS if isinstance(s, FinishSpelling) for reason in s.cut
+)
+REFUSED_FINISH_REASONS: frozenset[str] = frozenset(
+    reason for s in QUALITY_SPELLINGS if isinstance(s, FinishSpelling) for reason in s.refused
+)

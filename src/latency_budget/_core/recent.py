@@ -44,6 +44,7 @@ from latency_budget._core.levers import (
     summarise,
 )
 from latency_budget._core.quality import QualityStats
+from latency_budget._core.quality_reader import QualityTally, SpanQuality, joined, judged_answers
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -168,9 +169,16 @@ class RecentCalls:
         self._keys: dict[int, Result] = {}  # identity -> what its calls returned (see merged_result), oldest first
         self.cut = 0
         self._on_error = on_error  # told of an estimate that failed (lever_hints never raises)
+        # (stage, model) -> what the calls' spans said of their answers (add_quality), per series.
+        self._quality: dict[tuple[str, str], QualityTally] = {}
 
     def lever_hints(
-        self, names: Mapping[int, str], budgets: BudgetSet, calls: Sequence[Call], report: TraceReport
+        self,
+        names: Mapping[int, str],
+        budgets: BudgetSet,
+        calls: Sequence[Call],
+        report: TraceReport,
+        quality: SpanQuality | None = None,
     ) -> tuple[Hint, ...]:
         """Remember ``calls`` (a request's, see ``RecordedCalls``); a hint per lever recent calls give an estimate for.
 
@@ -184,7 +192,10 @@ class RecentCalls:
         try:
             # A processor's calls are read from the spans only when request_levers needs them.
             samples = calls.samples if type(calls) is RecordedCalls else [sample_of(c) for c in calls]
-            if not self.add(samples):  # this trace's own calls count too (none: False)
+            maybe = self.add(samples)  # this trace's own calls count too (none: False)
+            if quality is not None:  # what the request's spans said of answers (TraceState.quality)
+                self.add_quality(calls, quality)
+            if not maybe:
                 return ()  # and none has an identity to remember (add says True for any)
             findings = request_levers(
                 calls,
@@ -269,6 +280,30 @@ class RecentCalls:
                 return True
         return False
 
+    def add_quality(self, calls: Sequence[Call], found: SpanQuality) -> None:
+        """Count what a request's spans said of its model calls' answers (after :meth:`add` counted the calls).
+
+        Kept per series as running figures (:class:`QualityTally`: no list of calls), for the
+        stage-and-model pairs that have a series, so bounded as the series are.
+        """
+        qualities, guardrails = found
+        judged = judged_answers(guardrails, calls) if guardrails else {}
+        tallies = self._quality
+        for call in calls:
+            model = call.model
+            if model is None:
+                continue
+            quality = joined(qualities.get(call.span_id), blocked=judged.get(call.span_id))
+            if quality is None:
+                continue
+            model = _cut(model) or ""
+            if model not in self._series.get(call.stage, {}):
+                continue  # past MAX_SERIES: not kept
+            tally = tallies.get((call.stage, model))
+            if tally is None:
+                tally = tallies.setdefault((call.stage, model), QualityTally())
+            tally.add(quality, calls=0)  # the series count the calls
+
     def _series_for(self, sample: Sample) -> tuple[Sample, _Series] | None:
         """The sample to keep (its names cut) and its series, made if new; ``None`` past MAX_SERIES."""
         sample = self._kept(sample)
@@ -341,7 +376,11 @@ class RecentCalls:
         return self._keys.get(key)
 
     def quality(self, stage: str, model: str) -> QualityStats | None:
-        return None  # the quality reader (issue 46 item 4) fills this in
+        tally = self._quality.get((stage, model))
+        series = self._series.get(stage, {}).get(model)
+        if tally is None or series is None:
+            return None
+        return tally.stats(calls=series.added)
 
 
 def _cut(name: str | None) -> str | None:

@@ -30,6 +30,8 @@ from latency_budget._core.critical_path import RecordedSpan, critical_path_ns
 from latency_budget._core.first_token import answered_with_tool_calls_only, not_a_generation, time_to_first_token_ns
 from latency_budget._core.hints import find_hints
 from latency_budget._core.inference import ServerSpan, inference_split
+from latency_budget._core.quality import CallQuality
+from latency_budget._core.quality_reader import QUALITY_GATE, span_quality
 from latency_budget._core.report import TraceReport
 
 if TYPE_CHECKING:
@@ -56,6 +58,7 @@ _NONE: frozenset[int] = frozenset()
 _EVENT_SCOPES = frozenset(row.scope for row in TOOL_CALLS_ONLY if row.event is not None and row.scope is not None)
 Interval = tuple[int, int]
 _NO_INVOCATION = INVOCATION_KEYS.isdisjoint  # bound once: a span with none of the keys invokes nothing
+_NO_QUALITY = QUALITY_GATE.isdisjoint  # a span with none of these keys is no model call or guardrail decision
 _TOOL_STAGE = "tool_calls"  # the stage whose bookkeeping spans (STOP_AND_HANDOFF) are left out
 
 
@@ -107,6 +110,7 @@ class TraceState:
         "overflow",
         "overflow_first_token_at",
         "owned",
+        "quality",
         "read_events",
         "referenced",
         "root_id",
@@ -168,6 +172,10 @@ class TraceState:
         # Stage spans past max_spans: exact counters per stage (under lock).
         self.overflow: list[StageTally | None] | None = None
         self.overflow_first_token_at: int | None = None
+        # What the recorded stage spans say of answers' quality (quality_reader.span_quality),
+        # made when the first says anything: model calls' CallQuality by span id, and the
+        # guardrail decisions on answers as (start, end, flagged). Read when the root ends.
+        self.quality: tuple[dict[int, CallQuality], list[tuple[int, int, bool]]] | None = None
         # Whether a recorded span below the root invokes an agent or a workflow (a request, by default).
         self.invoked = False
         self.last_seen = root_start  # span timestamps, not wall-clock reads
@@ -253,6 +261,9 @@ class TraceState:
             self.scopes[span_id] = scope
             if span_id != self.root_id:
                 self.calls.append((span_id, definition.name, start, end, ttft, attributes))
+                # A model call or a guardrail decision (one set operation for any other span).
+                if not _NO_QUALITY(attributes):
+                    self.quality = span_quality(self.quality, span_id, start, end, attributes, self.read_events, source)
             spans.append((span_id, parent_id, start, end, stage))
             if ttft is not None:
                 self.first_tokens.append((stage, start, ttft, seen))

@@ -109,7 +109,8 @@ def _controls_for(kind: HintKind) -> str:
 
 
 def models_section(levers: LeverAnalysis) -> str:
-    """One chart per stage with model calls: each model's p50, p95 and p99 duration and median first token."""
+    """One chart per stage with model calls: each model's p50, p95 and p99 duration and median first token,
+    and under it the answer quality by model where the telemetry says any."""
     by_stage: dict[str, list[ModelRow]] = {}
     for row in levers.models:
         by_stage.setdefault(row.stage, []).append(row)
@@ -117,10 +118,36 @@ def models_section(levers: LeverAnalysis) -> str:
         return '<p class="sub">No span carries a model name (gen_ai.request.model).</p>'
     cards = [
         f'<section class="chart-card" data-stage="{escape(stage)}"><h3>{escape(stage)}</h3>'
-        f"{_models_chart(rows)}</section>"
+        f"{_models_chart(rows)}{_quality_table(rows)}</section>"
         for stage, rows in by_stage.items()
     ]
     return f'<div class="charts" id="models">{"".join(cards)}</div>'
+
+
+def _quality_table(rows: list[ModelRow]) -> str:
+    """The stage's answer quality by model, where the telemetry says any (empty otherwise)."""
+    rated = [(row, row.quality) for row in rows if row.quality is not None]
+    if not rated:
+        return ""
+    body = []
+    for row, quality in rated:
+        evaluations = "<br>".join(
+            escape(
+                f"{name} {scores.mean:.3g}"
+                + (f" (95% CI {scores.interval()[0]:.3g}-{scores.interval()[1]:.3g}, " if scores.n > 1 else " (")
+                + f"n {scores.n:,})"
+            )
+            for name, scores in sorted(quality.evaluations.items())
+        )
+        blocked = f"{quality.block_rate:.1%} of {quality.guarded:,}" if quality.block_rate is not None else "-"
+        body.append(
+            f"<tr><td>{escape(row.model)}</td><td>{quality.calls:,}</td>"
+            f"<td>{quality.error_rate or 0:.1%}</td><td>{blocked}</td><td>{evaluations or '-'}</td></tr>"
+        )
+    return (
+        '<table class="quality"><thead><tr><th>Model</th><th>n</th><th>errors</th><th>guardrail blocked</th>'
+        f"<th>evaluations (mean)</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _models_chart(rows: list[ModelRow]) -> str:

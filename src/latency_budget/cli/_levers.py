@@ -95,7 +95,7 @@ class ModelRow:
     ms_per_output_token: float | None
     rate_calls: int
     rate_from: str | None
-    quality: QualityStats | None = None  # what the quality reader found of its answers in the stage
+    quality: QualityStats | None = None  # what the telemetry says of its answers (None: nothing)
 
     @property
     def count(self) -> int:

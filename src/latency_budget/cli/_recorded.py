@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 from latency_budget import _attributes as attr
 from latency_budget._config import BudgetConfig, load_budgets
+from latency_budget._core.quality_reader import EVALUATION_EVENTS, RecordingQuality
 from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
 from latency_budget._demo import DEMO_BUDGETS_ATTRIBUTE, EXAMPLE_BUDGETS_NAME, example_budgets
-from latency_budget._replay import SpanRecord, evaluate_spans, judge_roots
+from latency_budget._replay import JudgedRoot, SpanRecord, judge_roots
 from latency_budget.cli._stats import RunSummary, summarize
 
 from ._common import CliError, load_budgets_option, service_name
@@ -31,11 +32,13 @@ from ._inputs import (
     MAX_JSON_DEPTH,
     STREAMED_MAX_SPANS,
     InputLimits,
+    TraceInputError,
     TraceSet,
     TraceWindow,
     parse_size,
     parse_trace_files,
     read_jaeger,
+    read_log_files,
     read_trace_files,
     source_names,
 )
@@ -92,6 +95,16 @@ def add_trace_arguments(parser: argparse.ArgumentParser, *, streamed: bool = Tru
         default=30.0,
         help="deadline for Jaeger's whole answer, connection included (default: 30)",
     )
+    if streamed:
+        parser.add_argument(
+            "--logs",
+            metavar="FILE",
+            action="append",
+            default=[],
+            help="OTLP JSON log records (the Collector's file exporter of a logs pipeline) holding evaluation "
+            "results (gen_ai.evaluation.result) of the traces' calls; repeatable. A trace file may hold both "
+            "signals: its log records are read too",
+        )
     bounds = parser.add_argument_group("limits on the input (see docs/reliability.md)")
     defaults = InputLimits()
     max_spans = STREAMED_MAX_SPANS if streamed else defaults.max_spans
@@ -169,6 +182,8 @@ class Recorded:
     traces: TraceSet
     reports: list[TraceReport]
     summary: RunSummary
+    quality: RecordingQuality = dataclasses.field(default_factory=RecordingQuality)
+    """What was read of the calls' quality (each call's ``quality`` is set): evaluation records read and unjoined."""
 
     def intro(self) -> str:
         """``1000 requests (1000 traces, 15000 spans) from traces.jsonl, budgets from budgets.yaml``,
@@ -259,11 +274,16 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
     Without ``levers`` (``suggest``) the reports keep no calls: nothing will read them.
     """
     restage = bool(getattr(args, "restage", False))
+    quality = RecordingQuality()
     if args.jaeger:
         traces = load_traces(args)
         config, label = _config_for(args, traces.spans[0] if traces.spans else None)
         labels = _Labels(config, restage)
-        reports = evaluate_spans(config, labels.apply(traces.spans))
+        judged = judge_roots(config, labels.apply(traces.spans))
+        if levers:
+            for found in judged:
+                _read_quality(quality, found)
+        reports = [found.report for found in judged]
         labels.warn(traces.source_label)
     else:
         chosen: list[tuple[BudgetConfig, str]] = []
@@ -272,8 +292,10 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
             chosen.append(_config_for(args, first))
             return chosen[0][0]
 
-        traces, reports = _judge_files(args, choose, levers=levers, restage=restage)
+        traces, reports = _judge_files(args, choose, levers=levers, restage=restage, quality=quality)
         config, label = chosen[0]
+    if levers:  # suggest's budgets rest on latency alone: its --logs are not read
+        _read_logs(args, quality)
     if not reports and not config.every_root:
         if config.requests is not None:
             rules, fix = "the 'requests' rules", "check its requests rules"
@@ -292,7 +314,40 @@ def load_recorded(args: argparse.Namespace, *, levers: bool = True) -> Recorded:
             f"stages: {', '.join(config.stage_names)}); "
             "check --budgets and its match rules"
         )
-    return Recorded(config, label, traces, reports, summary)
+    return Recorded(config, label, traces, reports, summary, quality)
+
+
+def _read_quality(quality: RecordingQuality, found: JudgedRoot) -> None:
+    """Set the quality of a judged request's model calls from what its stage spans said when recorded."""
+    calls = found.report.calls
+    if calls:
+        attributes = {raw[0]: raw[5] for raw in found.state.calls}
+        quality.read_request(found.report.trace_id or 0, calls, found.state.quality, attributes)
+
+
+def _read_logs(args: argparse.Namespace, quality: RecordingQuality) -> None:
+    """Read ``--logs`` files, join every evaluation record read to its call, and warn of those that name none."""
+    paths = getattr(args, "logs", None) or []
+    if paths:
+        try:
+            read_log_files(paths, _limits(args), _log_sink(quality), EVALUATION_EVENTS)
+        except TraceInputError as exc:
+            raise CliError(str(exc)) from None
+    quality.join()
+    if quality.unjoined:
+        source = ", ".join(source_names([*args.traces, *paths])) if not args.jaeger else "--logs"
+        warn(
+            f"{source}: {plural(quality.unjoined, 'evaluation result')} of {quality.records:,} named no call of the "
+            "recording (by trace and span id, or response id) and "
+            f"{'was' if quality.unjoined == 1 else 'were'} left out"
+        )
+
+
+def _log_sink(quality: RecordingQuality) -> Callable[[tuple[str, dict[str, object], int | None, int | None]], None]:
+    def sink(record: tuple[str, dict[str, object], int | None, int | None]) -> None:
+        quality.add_log_record(*record)
+
+    return sink
 
 
 def _limits(args: argparse.Namespace) -> InputLimits:
@@ -317,6 +372,7 @@ def _judge_files(
     *,
     levers: bool = True,
     restage: bool = False,
+    quality: RecordingQuality | None = None,
 ) -> tuple[TraceSet, list[TraceReport]]:
     """Read the trace files and judge them trace by trace as they close; the reports in root start order.
 
@@ -343,6 +399,8 @@ def _judge_files(
         for found in judge_roots(config, records):
             root, report = found.root, found.report
             report.calls = tuple(report.calls) if levers else ()
+            if quality is not None:
+                _read_quality(quality, found)
             key = (root.start_ns, root.trace_id, root.span_id)
             judged.append((*key, report))
             total = report.total_actual_ms
@@ -354,7 +412,10 @@ def _judge_files(
 
     try:
         with _fewer_collections():
-            batches = parse_trace_files(args.traces, _limits(args), advance if progress.enabled else None)
+            sink = _log_sink(quality) if quality is not None and levers else None
+            batches = parse_trace_files(
+                args.traces, _limits(args), advance if progress.enabled else None, sink, EVALUATION_EVENTS
+            )
             head = _first_batch(batches)
             first = head[0].record if head else None
             config = config_for if isinstance(config_for, BudgetConfig) else config_for(first)

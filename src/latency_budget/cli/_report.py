@@ -15,7 +15,7 @@ from ._levers import LeverAnalysis, analyse_levers
 from ._output import emit, write_file, wrote
 from ._recorded import Recorded, add_budgets_argument, add_trace_arguments, load_recorded
 from ._summary import closing_lines, optimisation_json, summary_json, summary_markdown, summary_table
-from ._where import context_lines, levers_json, model_lines, where_lines
+from ._where import context_lines, levers_json, model_lines, quality_lines, where_lines
 
 __all__ = ["register"]
 
@@ -116,6 +116,7 @@ def _table(recorded: Recorded, levers: LeverAnalysis) -> str:
             [_terminal_lines(line) for line in closing_lines(summary, optimisation(recorded.reports))],
             where_lines(levers),
             model_lines(levers),
+            quality_lines(levers),
             context_lines(levers),
         )
     )
@@ -131,6 +132,7 @@ def _markdown(recorded: Recorded, levers: LeverAnalysis) -> str:
             [_markdown_lines(line) + "  " for line in closing_lines(summary, optimisation(recorded.reports))],
             [line + "  " if line[:1].isdigit() else line for line in where_lines(levers, markdown=True)],
             model_lines(levers, markdown=True),
+            quality_lines(levers, markdown=True),
             context_lines(levers, markdown=True),
         )
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from latency_budget._core.estimators import Fit
+from latency_budget._core.quality import QualityStats, Scores
 from latency_budget._core.report import format_ms
 from latency_budget._core.wording import plural
 from latency_budget._encode import markdown_cell, markdown_text, terminal_text
@@ -19,6 +20,8 @@ __all__ = [
     "context_lines",
     "levers_json",
     "model_lines",
+    "quality_json",
+    "quality_lines",
     "total_text",
     "where_lines",
 ]
@@ -147,6 +150,76 @@ def model_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]
     return [title + ":", text_table(_MODEL_HEADER, rows, right=range(3, 12))]
 
 
+def _rate_cell(part: int, whole: int) -> str:
+    return f"{part / whole:.1%} ({part:,}/{whole:,})" if whole else "-"
+
+
+def _score_text(name: str, scores: Scores) -> str:
+    """``correctness 0.91 (0.88-0.94, n 120)``: the mean, its 95% confidence interval and n (``name`` encoded)."""
+    low, high = scores.interval()
+    interval = f"{low:.3g}-{high:.3g}, " if scores.n > 1 else ""
+    return f"{name} {scores.mean:.3g} ({interval}n {scores.n:,})"
+
+
+def _quality_cells(row: ModelRow, quality: QualityStats, *, markdown: bool) -> list[str]:
+    name = markdown_cell if markdown else str
+    evaluations = "; ".join(_score_text(name(n), scores) for n, scores in sorted(quality.evaluations.items()))
+    return [
+        row.stage,
+        row.model,
+        f"{quality.calls:,}",
+        _rate_cell(quality.errors, quality.calls),
+        _rate_cell(quality.blocked, quality.guarded),
+        _rate_cell(quality.cut, quality.calls),
+        _rate_cell(quality.refused, quality.calls),
+        evaluations or "-",
+    ]
+
+
+_QUALITY_HEADER = ["Stage", "Model", "n", "errors", "guardrail blocked", "cut (length)", "refused", "evaluations"]
+
+
+def quality_lines(analysis: LeverAnalysis, *, markdown: bool = False) -> list[str]:
+    """Each stage's answer quality by model, where the telemetry says any: errors, guardrail blocks, finish
+    reasons and each evaluation's mean with its 95% confidence interval and n."""
+    rated = [(row, row.quality) for row in analysis.models if row.quality is not None]
+    if not rated:
+        return []
+    rows = [_quality_cells(row, quality, markdown=markdown) for row, quality in rated]
+    title = (
+        "Answer quality by stage and model (gen_ai.evaluation.result, guardrail decisions, error status, "
+        "finish reasons): evaluation means with 95% CI"
+    )
+    if markdown:
+        return [f"**{title}**", "", markdown_table(_QUALITY_HEADER, _markdown_names(rows, 2), right=range(2, 7))]
+    return [title + ":", text_table(_QUALITY_HEADER, rows, right=range(2, 7))]
+
+
+def quality_json(quality: QualityStats | None) -> dict[str, Any] | None:
+    """A model's quality figures as plain data (``None``: the telemetry says nothing of its answers)."""
+    if quality is None:
+        return None
+    return {
+        "calls": quality.calls,
+        "errors": quality.errors,
+        "error_rate": quality.error_rate,
+        "guarded": quality.guarded,
+        "blocked": quality.blocked,
+        "block_rate": quality.block_rate,
+        "cut": quality.cut,
+        "refused": quality.refused,
+        "evaluations": [
+            {
+                "name": name,
+                "mean": scores.mean,
+                "ci95": list(scores.interval()) if scores.n > 1 else None,
+                "n": scores.n,
+            }
+            for name, scores in sorted(quality.evaluations.items())
+        ],
+    }
+
+
 def _fit_text(fit: Fit | None, reason: str) -> str:
     return fit_caption(fit) if fit is not None else f"no fit: {reason}"
 
@@ -233,6 +306,7 @@ def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
                 "ms_per_output_token": row.ms_per_output_token,
                 "ms_per_output_token_from": row.rate_from,
                 "ms_per_output_token_calls": row.rate_calls,
+                "quality": quality_json(row.quality),
             }
             for row in analysis.models
         ],

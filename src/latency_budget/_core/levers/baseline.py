@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from latency_budget._core.estimators import MAX_FIT_POINTS, Z95, Fit, median, rank_test, theil_sen
 from latency_budget._core.held_fixed import held_fixed_fit
+from latency_budget._core.quality_reader import QualityTally
 
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call, Sample
@@ -258,6 +259,7 @@ class RecordedBaseline:
             if call.model is not None:
                 self._groups.setdefault(call.stage, {}).setdefault(call.model, []).append(call)
         self._stats: dict[tuple[str, str], ModelStats] = {}
+        self._quality: dict[tuple[str, str], QualityStats | None] = {}  # read from the calls' quality when asked
         self.min_model_calls = MIN_MODEL_CALLS
         self.earlier: set[int] = set()
         self.results: dict[int, Result] = {}  # identity -> what its earlier calls returned, where recorded
@@ -297,7 +299,13 @@ class RecordedBaseline:
         return self.results.get(key)
 
     def quality(self, stage: str, model: str) -> QualityStats | None:
-        return None  # the quality reader (issue 46 item 4) fills this in
+        key = (stage, model)
+        if key not in self._quality:
+            tally = QualityTally()
+            for call in self.calls(stage, model):
+                tally.add(call.quality)
+            self._quality[key] = tally.stats()
+        return self._quality[key]
 
     def remember(self, calls: Iterable[Call]) -> None:
         """Add the identities of a request's calls, and what they returned, to ``earlier``."""

@@ -32,12 +32,13 @@ from ._spans import ParsedSpan, Repairs, assemble
 from ._window import TraceWindow
 from .jaeger import is_jaeger, spans_from_jaeger
 from .jaeger_query import fetch_jaeger, parse_duration
-from .otlp import SharedStrings, is_otlp, spans_from_otlp
+from .otlp import LogEvent, SharedStrings, is_otlp, is_otlp_logs, log_events_from_otlp, spans_from_otlp
 
 __all__ = [
     "MAX_JSON_DEPTH",
     "STREAMED_MAX_SPANS",
     "InputLimits",
+    "LogEvent",
     "Repairs",
     "TraceInputError",
     "TraceSet",
@@ -47,6 +48,7 @@ __all__ = [
     "parse_size",
     "parse_trace_files",
     "read_jaeger",
+    "read_log_files",
     "read_trace_files",
     "source_names",
 ]
@@ -54,6 +56,9 @@ __all__ = [
 _UNKNOWN_FORMAT = (
     "unknown trace format: expected OTLP JSON (objects with 'resourceSpans', one per line, as the Collector's "
     "file exporter writes) or Jaeger JSON (an object with 'data', from Jaeger's /api/traces)"
+)
+_NOT_LOGS = (
+    "expected OTLP JSON logs (objects with 'resourceLogs', one per line, as the Collector's file exporter writes them)"
 )
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
@@ -102,7 +107,11 @@ def source_names(paths: Sequence[str]) -> tuple[str, ...]:
 
 
 def parse_trace_files(
-    paths: Sequence[str], limits: InputLimits | None = None, progress: Callable[[int, int], None] | None = None
+    paths: Sequence[str],
+    limits: InputLimits | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    logs: Callable[[LogEvent], None] | None = None,
+    events: frozenset[str] = frozenset(),
 ) -> Iterator[list[ParsedSpan]]:
     """The spans of each document of each file, in reading order, one list per document.
 
@@ -110,7 +119,8 @@ def parse_trace_files(
     document, that document), never the whole input. ``progress(spans, bytes)`` is told
     the running totals after each document. Raises :class:`TraceInputError` at the first
     problem, including going over a limit, so a consumer that acts only at the end acts
-    on all of the input or on none of it.
+    on all of the input or on none of it. The log records among the documents (a file
+    of both signals) whose event name is one of ``events`` go to ``logs``.
     """
     limits = limits or InputLimits()
     strings = SharedStrings()
@@ -121,7 +131,7 @@ def parse_trace_files(
         with _opened(path, name) as stream:
             source = _Source(stream, name, limits)
             for where, document in _documents(source, name, limits):
-                batch = _spans_of(document, where, strings)
+                batch = _spans_of(document, where, strings, logs, events)
                 spans += len(batch)
                 if spans > limits.max_spans:
                     raise TraceInputError(f"{where}: more than {limits.max_spans:,} spans in all (see --max-spans)")
@@ -223,14 +233,55 @@ def _size(count: int) -> str:
     return f"{count:,} bytes"
 
 
-def _spans_of(document: object, where: str, strings: SharedStrings) -> list[ParsedSpan]:
+def _spans_of(
+    document: object,
+    where: str,
+    strings: SharedStrings,
+    logs: Callable[[LogEvent], None] | None = None,
+    events: frozenset[str] = frozenset(),
+) -> list[ParsedSpan]:
     if is_otlp(document):
         return spans_from_otlp(document, where, strings)  # type: ignore[arg-type]
     if is_jaeger(document):
         return spans_from_jaeger(document, where)  # type: ignore[arg-type]
-    if isinstance(document, dict) and "resourceLogs" in document:
-        return []  # log records beside the spans, as one file exporter of two pipelines writes them
+    if is_otlp_logs(document):
+        # Log records beside the spans, as one file exporter of two pipelines writes them.
+        if logs is not None and events:
+            for found in log_events_from_otlp(document, where, events, strings):  # type: ignore[arg-type]
+                logs(found)
+        return []
     raise _unknown_format(where, document)
+
+
+def read_log_files(
+    paths: Sequence[str], limits: InputLimits, logs: Callable[[LogEvent], None], events: frozenset[str]
+) -> int:
+    """Read OTLP/JSON log files (``--logs``), line by line, sending the records named in ``events`` to ``logs``.
+
+    A file may hold spans too (both signals in one file): they are skipped here. Any other
+    document is a :class:`TraceInputError`; the records sent count against
+    ``limits.max_spans``. Returns how many were sent.
+    """
+    strings = SharedStrings()
+    sent = 0
+    for path in paths:
+        name = "<stdin>" if path == "-" else path
+        with _opened(path, name) as stream:
+            source = _Source(stream, name, limits)
+            # An empty file is no error: a Collector's logs pipeline that exported nothing leaves one.
+            for where, document in _documents(source, name, limits, empty_ok=True):
+                if is_otlp(document):
+                    continue
+                if not is_otlp_logs(document):
+                    raise TraceInputError(f"{where}: {_NOT_LOGS}")
+                for found in log_events_from_otlp(document, where, events, strings):  # type: ignore[arg-type]
+                    sent += 1
+                    if sent > limits.max_spans:
+                        raise TraceInputError(
+                            f"{where}: more than {limits.max_spans:,} evaluation records in all (see --max-spans)"
+                        )
+                    logs(found)
+    return sent
 
 
 def _unknown_format(where: str, document: object) -> TraceInputError:
@@ -242,8 +293,13 @@ def _named(where: str, found: str) -> TraceInputError:
     return TraceInputError(f"{where}: this is {found}, a format latency-budget does not read; {RECORD_HINT}")
 
 
-def _documents(source: _Source, name: str, limits: InputLimits) -> Iterator[tuple[str, object]]:
-    """``(where, document)`` pairs: one per non-blank line of JSON lines, or the whole document."""
+def _documents(
+    source: _Source, name: str, limits: InputLimits, *, empty_ok: bool = False
+) -> Iterator[tuple[str, object]]:
+    """``(where, document)`` pairs: one per non-blank line of JSON lines, or the whole document.
+
+    An empty input is an error, unless ``empty_ok`` (then it has no documents).
+    """
     head: list[bytes] = []
     line = source.readline()
     if line.startswith(codecs.BOM_UTF8):
@@ -254,6 +310,8 @@ def _documents(source: _Source, name: str, limits: InputLimits) -> Iterator[tupl
         head.append(line)
         line = source.readline()
     if not line:
+        if empty_ok:
+            return
         raise TraceInputError(f"{name}: the file is empty")
     number = len(head) + 1
     if _is_json_object_line(line.rstrip(b"\n"), limits):

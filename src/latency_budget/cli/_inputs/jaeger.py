@@ -146,6 +146,8 @@ def _span(span: object, processes: Mapping[str, Any], where: str, path: str) -> 
         attributes={key: value for key, value in tags.items() if key not in _DERIVED_TAGS},
         events=tuple(events),
         resource=_resource(process, where, path),
+        # How Jaeger keeps an OTLP span's ERROR status (and OpenTracing's error tag).
+        error=tags.get("otel.status_code") == "ERROR" or tags.get("error") is True,
     )
     return ParsedSpan(
         record, json.dumps(process, sort_keys=True, default=str), remote_known=False, where=f"{where}: {path}"

@@ -22,7 +22,10 @@ from latency_budget._replay import SpanRecord
 from ._errors import TraceInputError, show
 from ._spans import ParsedSpan, parse_id
 
-__all__ = ["SharedStrings", "is_otlp", "spans_from_otlp"]
+__all__ = ["LogEvent", "SharedStrings", "is_otlp", "is_otlp_logs", "log_events_from_otlp", "spans_from_otlp"]
+
+# An event-named log record: (event name, attributes, trace id or None, span id or None).
+LogEvent = tuple[str, dict[str, Any], "int | None", "int | None"]
 
 _KINDS = {
     0: SpanKind.INTERNAL,  # SPAN_KIND_UNSPECIFIED
@@ -117,6 +120,45 @@ def spans_from_otlp(document: Mapping[str, Any], where: str, strings: SharedStri
     return found
 
 
+def is_otlp_logs(document: object) -> bool:
+    """Whether ``document`` looks like an ``ExportLogsServiceRequest`` (or ``LogsData``)."""
+    return isinstance(document, dict) and "resourceLogs" in document
+
+
+def log_events_from_otlp(
+    document: Mapping[str, Any], where: str, events: frozenset[str], strings: SharedStrings | None = None
+) -> list[LogEvent]:
+    """The log records of one OTLP/JSON logs document whose event name is one of ``events``.
+
+    The event name is the record's ``eventName`` (OTLP 1.5 and later), else its
+    ``event.name`` attribute (the SDKs' older spelling). Other records are skipped
+    unread beyond their name; ``where`` (``file:line``) prefixes every error.
+    """
+    reader = _Reader(where, strings or SharedStrings())
+    found: list[LogEvent] = []
+    for r, resource_logs in enumerate(reader.items(document, "resourceLogs", "")):
+        rpath = f"resourceLogs[{r}]"
+        scope_key = "scopeLogs" if "scopeLogs" in resource_logs else "instrumentationLibraryLogs"
+        for s, scope_logs in enumerate(reader.items(resource_logs, scope_key, rpath)):
+            spath = f"{rpath}.{scope_key}[{s}]"
+            for n, record in enumerate(reader.items(scope_logs, "logRecords", spath)):
+                path = f"{spath}.logRecords[{n}]"
+                name = record.get("eventName")
+                attributes: dict[str, Any] | None = None
+                if not name:
+                    attributes = reader.attributes(record.get("attributes"), f"{path}.attributes")
+                    name = attributes.get("event.name")
+                if not isinstance(name, str) or name not in events:
+                    continue
+                if attributes is None:
+                    attributes = reader.attributes(record.get("attributes"), f"{path}.attributes")
+                trace_raw, span_raw = record.get("traceId"), record.get("spanId")
+                trace_id = parse_id(trace_raw, 16, where, f"{path}.traceId", exact=True) if trace_raw else None
+                span_id = parse_id(span_raw, 8, where, f"{path}.spanId", exact=True) if span_raw else None
+                found.append((name, attributes, trace_id, span_id))
+    return found
+
+
 class _Reader:
     def __init__(self, where: str, strings: SharedStrings) -> None:
         self.where = where
@@ -188,6 +230,7 @@ class _Reader:
             events=events,
             remote_parent=bool(flags & _HAS_IS_REMOTE and flags & _IS_REMOTE),
             resource=resource,
+            error=_status_error(span.get("status")),
         )
         return ParsedSpan(record, process, remote_known=bool(flags & _HAS_IS_REMOTE), where=f"{where}: {path}")
 
@@ -205,6 +248,14 @@ class _Reader:
             if converted is not None:
                 out[share(pair["key"])] = share(converted) if converted.__class__ is str else converted
         return out
+
+
+def _status_error(status: object) -> bool:
+    """Whether an OTLP ``Status`` is ERROR (code 2, or its enum name)."""
+    if not isinstance(status, dict):
+        return False
+    code = status.get("code")
+    return code in {2, "STATUS_CODE_ERROR"}
 
 
 def _any_value(value: object) -> Any:
