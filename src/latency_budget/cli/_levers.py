@@ -213,11 +213,11 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     for key in [key for key in savings if key[0] == "iterations"]:
         fewer, more = loops.get(key[1], ([], []))
         weighed = weigh_outcomes(fewer, more, policy)
-        if not weighed.known:
-            unweighed[key] = len(savings[key])
-        elif not weighed.passed:  # fewer loops succeeded less: no saving claimed
+        if weighed.known and not weighed.passed:  # fewer loops succeeded less: no saving claimed
             not_recommended[key] = len(savings.pop(key))
             trades[key] = f"fewer loops: {weighed.words(failed_only=True)}: no saving claimed"
+        elif not weighed.known or not any(outcome.evidence for outcome in (*fewer, *more)):
+            unweighed[key] = len(savings[key])  # errors alone, or nothing to compare: the caveat
     keys = set(savings) | set(unestimated) | set(held_back) | set(not_recommended)
     levers = [
         _summary(
@@ -262,13 +262,11 @@ def _threshold(config: BudgetConfig | None, profile: str) -> tuple[float, frozen
 
 
 def _add_loops(loops: dict[str, tuple[list[Outcome], list[Outcome]]], report: TraceReport) -> None:
-    """The request's outcome, with the requests within each stage's ``max_calls`` or past it, where known."""
+    """The request's outcome, with the requests within each stage's ``max_calls`` or past it."""
     limited = [stage for stage in report.stages if stage.max_calls is not None and stage.count > 0]
     if not limited:
         return
     outcome = outcome_of(report.calls)
-    if outcome is None:
-        return
     for stage in limited:
         within, over = loops.setdefault(stage.stage, ([], []))
         (over if stage.count > (stage.max_calls or 0) else within).append(outcome)

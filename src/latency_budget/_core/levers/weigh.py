@@ -143,34 +143,39 @@ def weigh_quality(candidate: QualityStats | None, current: QualityStats | None, 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What is known of one request's answer: whether it succeeded, and its evaluation scores (mean per name)."""
+    """What is known of one request's answer.
+
+    ``succeeded``: no call ended in error, was blocked by a guardrail or refused by a
+    content filter (span status and finish reasons are always recorded, so this is known
+    of every request); ``scores`` the mean of each evaluation's scores over its calls;
+    ``evidence``: an evaluation or a guardrail's judgement was recorded (quality data
+    beyond errors).
+    """
 
     succeeded: bool
     scores: tuple[tuple[str, float], ...] = ()
+    evidence: bool = False
 
 
-def outcome_of(calls: Iterable[Call]) -> Outcome | None:
-    """A request's outcome from its calls' quality: failed if a call errored, was blocked or refused.
-
-    ``None`` when no call carries quality evidence.
-    """
-    known = False
+def outcome_of(calls: Iterable[Call]) -> Outcome:
+    """A request's outcome from its calls' quality (a call the quality reader found nothing on succeeded)."""
     succeeded = True
+    evidence = False
     totals: dict[str, tuple[float, int]] = {}
     for call in calls:
         quality = call.quality
         if quality is None:
             continue
-        known = True
         if quality.error or quality.blocked or quality.refused:
             succeeded = False
+        if quality.blocked is not None:
+            evidence = True
         for evaluation in quality.evaluations:
             if evaluation.score is not None:
+                evidence = True
                 total, n = totals.get(evaluation.name, (0.0, 0))
                 totals[evaluation.name] = (total + evaluation.score, n + 1)
-    if not known:
-        return None
-    return Outcome(succeeded, tuple((name, total / n) for name, (total, n) in sorted(totals.items())))
+    return Outcome(succeeded, tuple((name, total / n) for name, (total, n) in sorted(totals.items())), evidence)
 
 
 def weigh_outcomes(candidate: Sequence[Outcome], current: Sequence[Outcome], policy: QualityPolicy) -> Weighed:
