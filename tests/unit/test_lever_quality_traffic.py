@@ -8,6 +8,7 @@ events on the evaluated chat span (read by the quality reader when the span ends
 from __future__ import annotations
 
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from opentelemetry.util.types import AttributeValue
 
 from latency_budget._core.levers.weigh import NO_QUALITY_DATA
 from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS
+from latency_budget.cli import main
 
 from .lever_traffic import Child, Traffic, levers
 from .test_lever_hints import chat
@@ -31,10 +33,10 @@ def _scored(model: str, duration_ms: float, score: float | None) -> Child:
     return (f"chat {model}", duration_ms, chat(model, stream=True, ttft_s=0.05), SCOPE, events)
 
 
-def _models(fast_scores: tuple[float, float] | None) -> Traffic:
+def two_models(fast_scores: tuple[float, float] | None) -> Traffic:
     """A full window of fast (100 ms) and slow (400 ms) calls, then one more slow call.
 
-    slow scores 0.81 and 1.0 in turn (mean about 0.91); fast the two scores given, or no
+    slow scores 0.81 and 1.0 in turn (mean 0.905); fast the two scores given, or no
     evaluation of either model when ``None``.
     """
     t = Traffic()
@@ -43,7 +45,7 @@ def _models(fast_scores: tuple[float, float] | None) -> Traffic:
         fast = None if fast_scores is None else fast_scores[n % 2]
         t.send(_scored("fast", 100, fast))
         t.send(_scored("slow", 400, slow))
-    t.send(_scored("slow", 400, None if fast_scores is None else 0.91))
+    t.send(_scored("slow", 400, None))  # its answer not yet evaluated
     return t
 
 
@@ -51,7 +53,7 @@ def test_a_faster_but_worse_model_earns_no_hint_and_report_says_the_trade(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """fast scores 0.48/0.68 (mean 0.58) against slow's 0.81/1.0: no model_choice hint; report says the trade."""
-    t = _models((0.48, 0.68))
+    t = two_models((0.48, 0.68))
     assert t.hints("model_choice") == []
     (row,) = levers(t.report(tmp_path, capsys), "model_choice")
     assert row["requests"] == 0
@@ -62,7 +64,7 @@ def test_a_faster_but_worse_model_earns_no_hint_and_report_says_the_trade(
 
 def test_a_faster_and_equal_model_earns_the_hint_weighed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Null control: fast scores as slow does: the hint says quality_checked, report names the comparison."""
-    t = _models((0.81, 1.0))
+    t = two_models((0.81, 1.0))
     hints = t.hints("model_choice")
     assert hints
     assert {hint["latency_budget.hint.basis"] for hint in hints} == {"quality_checked"}
@@ -74,7 +76,7 @@ def test_a_faster_and_equal_model_earns_the_hint_weighed(tmp_path: Path, capsys:
 
 def test_with_no_evaluation_the_hint_stands_with_the_caveat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """No evaluation events at all: the hint says quality_not_recorded; report adds the one caveat clause."""
-    t = _models(None)
+    t = two_models(None)
     hints = t.hints("model_choice")
     assert hints
     assert {hint["latency_budget.hint.basis"] for hint in hints} == {"quality_not_recorded"}
@@ -129,3 +131,35 @@ def test_fewer_loops_that_succeed_as_often_earn_the_iterations_claim(
     assert row["requests"] == 20
     assert row["savings_total_ms"] == 4000.0
     assert "quality" not in row
+
+
+class _Points(HTMLParser):
+    """The latency-versus-quality chart's points: model -> on the Pareto front."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.front: dict[str, bool] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "circle" and found.get("data-front") is not None:
+            self.front[found.get("data-model") or ""] = found["data-front"] == "true"
+
+
+def html_page(t: Traffic, tmp_path: Path) -> str:
+    """``report --html`` of the traffic's spans."""
+    traces, budgets = t.traces(tmp_path)
+    page = tmp_path / "report.html"
+    assert main(["report", str(traces), "--budgets", str(budgets), "--html", str(page)]) == 0
+    return page.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(("fast_scores", "front"), [((0.48, 0.68), {"fast", "slow"}), ((0.81, 1.0), {"fast"})])
+def test_the_html_chart_marks_the_pareto_front(
+    fast_scores: tuple[float, float], front: set[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A point per model; fast worse: both on the front (a trade); fast as good: slow is off it (beaten on both)."""
+    points = _Points()
+    points.feed(html_page(two_models(fast_scores), tmp_path))
+    assert set(points.front) == {"fast", "slow"}
+    assert {model for model, on in points.front.items() if on} == front

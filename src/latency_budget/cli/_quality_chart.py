@@ -27,6 +27,7 @@ svg.quality { width: 100%; height: auto; display: block; }
 svg .q-front { fill: var(--ok); }
 svg .q-off { fill: var(--muted); opacity: .7; }
 svg .front { stroke: var(--ok); stroke-width: 1.5; fill: none; stroke-dasharray: 4 3; }
+svg text.q-model { fill: var(--ink); font-size: 11px; }
 .chart-card p.unmeasured { color: var(--muted); font-size: 12px; margin: 4px 0 0; }
 """
 
@@ -142,7 +143,7 @@ def _chart(points: list[Point], name: str, higher: bool) -> str:
             f'<circle class="q-{where}" data-model="{escape(p.model)}" data-front="{str(where == "front").lower()}" '
             f'cx="{x:.1f}" cy="{y:.1f}" r="5"><title>{escape(tip)}</title></circle>'
         )
-        parts.append(f'<text class="model" x="{x + 7:.1f}" y="{y - 6:.1f}">{escape(p.model)}</text>')
+        parts.append(f'<text class="q-model" x="{x + 7:.1f}" y="{y - 6:.1f}">{escape(p.model)}</text>')
     parts.extend(svg_ticks(x_span, px, _H - 18, format_ms, steps=2))
     parts.append(f'<text x="{_W - _R}" y="{_H - 2}" text-anchor="end">median call duration</text>')
     for tick in (low, (low + high) / 2, high):
