@@ -133,6 +133,39 @@ def test_fewer_loops_that_succeed_as_often_earn_the_iterations_claim(
     assert "quality" not in row
 
 
+def _loops_in_order(fewer_fail: bool) -> Traffic:
+    """20 requests of 2 calls first (every other one refused when ``fewer_fail``), then 20 of 4 calls."""
+    evaluated = [(EVALUATION, {"gen_ai.evaluation.name": "correctness", "gen_ai.evaluation.score.value": 0.9})]
+
+    def call(reason: str = "stop") -> Child:
+        reasons: tuple[str, ...] = (reason,)
+        return (
+            "chat m",
+            100,
+            chat("m", stream=True, ttft_s=0.05, **{"gen_ai.response.finish_reasons": reasons}),
+            SCOPE,
+            evaluated,
+        )
+
+    t = Traffic(LOOPS)
+    for n in range(20):
+        t.send(call(), call("content_filter" if fewer_fail and n % 2 == 0 else "stop"))
+    for _ in range(20):
+        t.send(*(call() for _ in range(4)))
+    return t
+
+
+def test_the_processor_gives_no_iterations_hint_where_fewer_loops_succeed_less() -> None:
+    """In process: after 20 short requests, half refused, none of the 20 long ones gets an iterations hint."""
+    assert _loops_in_order(fewer_fail=True).hints("iterations") == []
+
+
+def test_the_processor_gives_the_iterations_hint_where_fewer_loops_succeed_as_often() -> None:
+    """Null control: the short requests all succeed: each of the 20 long ones gets its 200 ms iterations hint."""
+    hints = _loops_in_order(fewer_fail=False).hints("iterations")
+    assert [hint["latency_budget.hint.potential_savings_ms"] for hint in hints] == [200.0] * 20
+
+
 class _Points(HTMLParser):
     """The latency-versus-quality chart's points: model -> on the Pareto front."""
 

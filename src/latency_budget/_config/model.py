@@ -185,6 +185,9 @@ class BudgetSet:
     # The indexes of the protected stages, whose spans no lever reads (and their names).
     protected_indexes: frozenset[int] = field(init=False, repr=False, compare=False)
     protected_stages: frozenset[str] = field(init=False, repr=False, compare=False)
+    # (index, max_calls) of each stage with a max_calls that a lever may read: the stages
+    # whose requests' success, with few calls and with many, the iterations hint is weighed on.
+    limited: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         thresholds = []
@@ -200,6 +203,12 @@ class BudgetSet:
         protected = {index: budget.name for index, budget in enumerate(self.stages) if budget.protected}
         object.__setattr__(self, "protected_indexes", frozenset(protected))
         object.__setattr__(self, "protected_stages", frozenset(protected.values()))
+        limited = tuple(
+            (index, budget.max_calls)
+            for index, budget in enumerate(self.stages)
+            if budget.max_calls is not None and not budget.protected
+        )
+        object.__setattr__(self, "limited", limited)
 
     def stage(self, name: str) -> StageBudget:
         """The budget of the stage called ``name`` (``KeyError`` when unknown)."""

@@ -266,7 +266,7 @@ def _add_loops(loops: dict[str, tuple[list[Outcome], list[Outcome]]], report: Tr
     limited = [stage for stage in report.stages if stage.max_calls is not None and stage.count > 0]
     if not limited:
         return
-    outcome = outcome_of(report.calls)
+    outcome = outcome_of(call.quality for call in report.calls)
     for stage in limited:
         within, over = loops.setdefault(stage.stage, ([], []))
         (over if stage.count > (stage.max_calls or 0) else within).append(outcome)

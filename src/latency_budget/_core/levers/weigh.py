@@ -13,7 +13,7 @@ quality data to weigh a saving against, the lever says so in one clause,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,8 +24,7 @@ from ..wording import plural
 
 if TYPE_CHECKING:
     from latency_budget._config.model import QualityPolicy
-    from latency_budget._core.call_facts import Call
-    from latency_budget._core.quality import QualityStats
+    from latency_budget._core.quality import CallQuality, QualityStats
 
 __all__ = [
     "NO_QUALITY_DATA",
@@ -34,6 +33,7 @@ __all__ = [
     "has_evidence",
     "outcome_of",
     "quality_caveat",
+    "weigh_groups",
     "weigh_outcomes",
     "weigh_quality",
 ]
@@ -157,13 +157,16 @@ class Outcome:
     evidence: bool = False
 
 
-def outcome_of(calls: Iterable[Call]) -> Outcome:
-    """A request's outcome from its calls' quality (a call the quality reader found nothing on succeeded)."""
+def outcome_of(qualities: Iterable[CallQuality | None], *, guardrails: Iterable[bool] = ()) -> Outcome:
+    """A request's outcome from its calls' quality (a call the quality reader found nothing on succeeded) and,
+    where not joined to a call yet, its guardrails' decisions (``True``: flagged)."""
     succeeded = True
     evidence = False
+    for flagged in guardrails:
+        evidence = True
+        succeeded = succeeded and not flagged
     totals: dict[str, tuple[float, int]] = {}
-    for call in calls:
-        quality = call.quality
+    for quality in qualities:
         if quality is None:
             continue
         if quality.error or quality.blocked or quality.refused:
@@ -180,27 +183,36 @@ def outcome_of(calls: Iterable[Call]) -> Outcome:
 
 def weigh_outcomes(candidate: Sequence[Outcome], current: Sequence[Outcome], policy: QualityPolicy) -> Weighed:
     """The candidate requests' outcomes against the current ones': success rate, then each evaluation that counts."""
-    if not candidate or not current:
-        return Weighed()
-    alpha = policy.significance
-    found: list[Comparison] = []
-    success = rate_not_worse(
-        "success",
+    return weigh_groups(
         (sum(o.succeeded for o in candidate), len(candidate)),
         (sum(o.succeeded for o in current), len(current)),
-        margin=policy.max_drop,
-        alpha=alpha,
-        higher_is_better=True,
+        _scores(candidate),
+        _scores(current),
+        policy,
     )
+
+
+def weigh_groups(
+    candidate: tuple[int, int],
+    current: tuple[int, int],
+    candidate_scores: Mapping[str, Scores],
+    current_scores: Mapping[str, Scores],
+    policy: QualityPolicy,
+) -> Weighed:
+    """Two groups of requests, each as (succeeded, of) and each evaluation's per-request scores."""
+    alpha = policy.significance
+    found: list[Comparison] = []
+    success = rate_not_worse("success", candidate, current, margin=policy.max_drop, alpha=alpha, higher_is_better=True)
     if success is not None:
         found.append(success)
-    left, right = _scores(candidate), _scores(current)
-    for name in sorted(set(left) & set(right)):
+    for name in sorted(set(candidate_scores) & set(current_scores)):
         rule = policy.rule(name)
         if rule is None:
             continue
         higher, drop = rule
-        compared = scores_not_worse(name, left[name], right[name], margin=drop, alpha=alpha, higher_is_better=higher)
+        compared = scores_not_worse(
+            name, candidate_scores[name], current_scores[name], margin=drop, alpha=alpha, higher_is_better=higher
+        )
         if compared is not None:
             found.append(compared)
     return Weighed(tuple(found))
