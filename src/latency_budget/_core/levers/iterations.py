@@ -5,7 +5,7 @@ would not spend: the stage's union less its union over the calls within the limi
 most the stage's time on the critical path. Read from the trace's shape by
 :func:`latency_budget._core.hints.find_hints`.
 
-Quality beside it: over a recording (``report``), the saving is claimed only where the
+Quality beside it: in ``report`` and in process (``RecentCalls.add_loops``), the saving is claimed only where the
 requests whose stage kept within ``max_calls`` succeeded as often as those past it (their
 calls' error status, guardrail blocks and refusals, and evaluation scores: a
 non-inferiority test within the budget file's ``quality.max_drop``,
