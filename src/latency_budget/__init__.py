@@ -12,6 +12,7 @@ from latency_budget._config import BudgetConfig, BudgetConfigError, load_budgets
 from latency_budget._core.call_facts import Call
 from latency_budget._core.hints import Hint, HintKind
 from latency_budget._core.report import StageReport, TraceReport, Violation, ViolationKind
+from latency_budget._evaluation_logs import EvaluationLogProcessor
 from latency_budget._processor import LatencyBudgetProcessor, ReportCallback
 from latency_budget._trace_table import ProcessorStats
 from latency_budget._tracker import LatencyBudget, LatencyBudgetTracker
@@ -21,6 +22,7 @@ __all__ = [
     "BudgetConfig",
     "BudgetConfigError",
     "Call",
+    "EvaluationLogProcessor",
     "Hint",
     "HintKind",
     "LatencyBudget",
@@ -41,6 +43,7 @@ for _public in (
     BudgetConfig,
     BudgetConfigError,
     Call,
+    EvaluationLogProcessor,
     Hint,
     LatencyBudget,
     LatencyBudgetProcessor,

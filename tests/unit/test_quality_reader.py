@@ -4,14 +4,25 @@ of recent requests feed the processor's baseline (``Baseline.quality``), bounded
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 
+from opentelemetry import trace
+from opentelemetry._logs import Logger
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.trace import Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from latency_budget import EvaluationLogProcessor
 from latency_budget._core.call_facts import Call
 from latency_budget._core.levers import RecordedBaseline
 from latency_budget._core.quality import CallQuality, Evaluation
 from latency_budget._core.quality_reader import MAX_EVALUATION_NAMES, QualityTally, evaluation_of
+from latency_budget._core.recent import MAX_PENDING
+
+try:
+    from opentelemetry._logs import LogRecord
+except ImportError:  # pragma: no cover
+    from opentelemetry.sdk._logs import LogRecord
 
 from .helpers import Pipeline, at, pipeline
 
@@ -201,3 +212,136 @@ def test_an_evaluation_names_its_answer_and_its_long_name_is_cut() -> None:
     assert len(evaluation.name) == 128
     assert (evaluation.score, evaluation.label, response) == (None, "pass", "r1")
     assert evaluation_of("something.else", {"gen_ai.evaluation.name": "x", "gen_ai.evaluation.score.value": 1}) is None
+
+
+def _logs(p: Pipeline) -> Logger:
+    """A logger whose records go through an EvaluationLogProcessor joined to ``p``'s processor."""
+    provider = LoggerProvider()
+    provider.add_log_record_processor(EvaluationLogProcessor(p.processor))
+    return provider.get_logger("evaluator")
+
+
+def _emit(logger: Logger, attributes: Mapping[str, AttributeValue], *, trace_id: int = 0, span_id: int = 0) -> None:
+    """An evaluation result as the conventions' log record, in the given span context (0: none)."""
+    context = None
+    if trace_id and span_id:
+        context = trace.set_span_in_context(
+            trace.NonRecordingSpan(trace.SpanContext(trace_id, span_id, is_remote=False))
+        )
+    logger.emit(
+        LogRecord(
+            timestamp=at(0),
+            context=context,
+            attributes={"event.name": "gen_ai.evaluation.result", **attributes},
+        )
+    )
+
+
+def _ids(span: trace.Span) -> tuple[int, int]:
+    context = span.get_span_context()
+    return context.trace_id, context.span_id
+
+
+def test_late_evaluation_log_records_join_their_calls_in_process() -> None:
+    """Planted: results emitted after each request ended, by span context or by response id, join their model."""
+    p = pipeline(BUDGETS)
+    logger = _logs(p)
+    for n in range(REQUESTS):
+        model = "gpt-4o" if n % 2 == 0 else "gpt-4o-mini"
+        root = p.start(f"request {n}", n * 1000.0)
+        chat = p.start(
+            f"chat {n}", n * 1000.0 + 10, parent=root, attributes={**_chat(model), "gen_ai.response.id": f"r{n}"}
+        )
+        chat.end(end_time=at(n * 1000.0 + 300))
+        root.end(end_time=at(n * 1000.0 + 400))
+        score = 0.9 if model == "gpt-4o" else 0.5
+        result = {"gen_ai.evaluation.name": "correctness", "gen_ai.evaluation.score.value": score}
+        if n % 4 < 2:
+            trace_id, span_id = _ids(chat)
+            _emit(logger, result, trace_id=trace_id, span_id=span_id)
+        else:
+            _emit(logger, {**result, "gen_ai.response.id": f"r{n}"})
+    big = p.processor._recent.quality("model_call", "gpt-4o")
+    mini = p.processor._recent.quality("model_call", "gpt-4o-mini")
+    assert big is not None
+    assert mini is not None
+    assert big.evaluations["correctness"].n == REQUESTS // 2
+    assert abs(big.evaluations["correctness"].mean - 0.9) < 1e-9
+    assert abs(mini.evaluations["correctness"].mean - 0.5) < 1e-9
+    assert p.processor._recent.unjoined == 0
+
+
+def test_a_result_before_its_request_ended_waits_and_a_wrong_trace_joins_nothing() -> None:
+    """A result emitted while its request is open joins when it ends; one under another trace id never joins."""
+    p = pipeline(BUDGETS)
+    logger = _logs(p)
+    root = p.start("request", 0.0)
+    chat = p.start("chat", 10.0, parent=root, attributes=_chat("gpt-4o"))
+    chat.end(end_time=at(300))
+    trace_id, span_id = _ids(chat)
+    result = {"gen_ai.evaluation.name": "correctness", "gen_ai.evaluation.score.value": 1.0}
+    _emit(logger, result, trace_id=trace_id, span_id=span_id)  # before the root ends
+    _emit(logger, result, trace_id=trace_id ^ 1, span_id=span_id)  # the right span id, another trace
+    assert p.processor._recent.quality("model_call", "gpt-4o") is None
+    root.end(end_time=at(400))
+    stats = p.processor._recent.quality("model_call", "gpt-4o")
+    assert stats is not None
+    assert stats.evaluations["correctness"].n == 1
+
+
+def test_without_the_log_processor_late_results_say_nothing() -> None:
+    """Null control: the same records through a logger without EvaluationLogProcessor reach no baseline."""
+    p = pipeline(BUDGETS)
+    provider = LoggerProvider()
+    logger = provider.get_logger("evaluator")
+    root = p.start("request", 0.0)
+    chat = p.start("chat", 10.0, parent=root, attributes=_chat("gpt-4o"))
+    chat.end(end_time=at(300))
+    root.end(end_time=at(400))
+    trace_id, span_id = _ids(chat)
+    _emit(
+        logger,
+        {"gen_ai.evaluation.name": "c", "gen_ai.evaluation.score.value": 1.0},
+        trace_id=trace_id,
+        span_id=span_id,
+    )
+    assert p.processor._recent.quality("model_call", "gpt-4o") is None
+
+
+def test_the_log_processor_never_raises_and_bounds_what_waits() -> None:
+    """Records that are no results, or broken, pass; results for unknown calls wait, at most MAX_PENDING."""
+    p = pipeline(BUDGETS)
+    processor = EvaluationLogProcessor(p.processor)
+    processor.on_emit(object())  # no record at all
+    processor.on_emit(SimpleNamespace(log_record=SimpleNamespace(attributes={"event.name": 3}, event_name=None)))
+    logger = _logs(p)
+    for n in range(MAX_PENDING + 5):
+        _emit(
+            logger, {"gen_ai.evaluation.name": "c", "gen_ai.evaluation.score.value": 1.0}, trace_id=n + 1, span_id=n + 1
+        )
+    assert p.processor._recent.unjoined == 5
+    assert processor.force_flush() is True
+
+
+def test_a_guardrails_ai_validator_that_failed_blocks_the_answer_before_it() -> None:
+    """guardrails-ai's validator span shape (read from its source): outcome `fail` flags, `pass` passes."""
+    p = pipeline(BUDGETS)
+    for n, outcome in enumerate(("fail", "pass", "pass", "fail")):
+        root = p.start(f"request {n}", n * 1000.0)
+        p.run("chat", n * 1000.0 + 10, n * 1000.0 + 300, parent=root, attributes=_chat("gpt-4o"))
+        p.run(
+            "ToxicLanguage.validate",
+            n * 1000.0 + 310,
+            n * 1000.0 + 330,
+            parent=root,
+            attributes={
+                "openinference.span.kind": "GUARDRAIL",
+                "type": "guardrails/guard/step/validator",
+                "validator.name": "ToxicLanguage",
+                "validator.validate.output.outcome": outcome,
+            },
+        )
+        root.end(end_time=at(n * 1000.0 + 400))
+    stats = p.processor._recent.quality("model_call", "gpt-4o")
+    assert stats is not None
+    assert (stats.guarded, stats.blocked) == (4, 2)

@@ -1214,6 +1214,16 @@ QUALITY_SPELLINGS: tuple[QualitySpelling, ...] = (
         target_key="gen_ai.security.target.type",
         answer_targets=("llm_output",),
     ),
+    GuardrailSpelling(
+        # guardrails-ai's validator spans (guardrails/telemetry/validator_tracing.py): each
+        # field of the ValidationResult as validator.validate.output.<field>, its outcome
+        # `pass` or `fail`; the span is OpenInference's GUARDRAIL (validation).
+        "guardrails-ai: a validator's outcome",
+        "validator.validate.output.outcome",
+        flagged=("fail",),
+        passed=("pass",),
+        evidence_class="framework's own keys",
+    ),
     FinishSpelling("OpenAI (and the conventions' examples)", cut=("length",), refused=("content_filter",)),
     FinishSpelling("Anthropic Messages API stop reasons", cut=("max_tokens",), refused=("refusal",)),
     FinishSpelling(

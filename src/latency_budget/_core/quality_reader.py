@@ -66,6 +66,7 @@ RESPONSE_ID_KEYS: tuple[str, ...] = tuple(
 QUALITY_GATE: frozenset[str] = frozenset((*CALL_KEYS.model, *GUARDRAIL_KEYS))
 _FINISH_KEYS = CALL_KEYS.finish_reasons
 _QUALITY_REASONS = CUT_FINISH_REASONS | REFUSED_FINISH_REASONS
+_NO_FINISH = frozenset(_FINISH_KEYS).isdisjoint
 
 
 class _Event(Protocol):
@@ -131,6 +132,8 @@ def _finish(attributes: Mapping[str, object]) -> tuple[bool, bool]:
         reasons = attributes.get(key)
         if reasons is None:
             continue
+        if reasons.__class__ is tuple and _QUALITY_REASONS.isdisjoint(reasons):
+            return False, False  # the common case (a live span's ("stop",)): one set operation
         if isinstance(reasons, str):
             found = [reason for reason in _QUALITY_REASONS if f'"{reason}"' in reasons or reason == reasons]
         elif isinstance(reasons, (tuple, list)):
@@ -149,12 +152,12 @@ def call_quality(
 ) -> CallQuality | None:
     """What a model call's own span says of its answer: evaluation events, error, finish reasons (``None``: nothing)."""
     evaluations = []
-    for event in events:
+    for event in events:  # most call spans have none, or a few of other names
         if event.name in EVALUATION_EVENTS:
             found = evaluation_of(event.name, event.attributes or {})
             if found is not None:
                 evaluations.append(found[0])
-    cut, refused = _finish(attributes)
+    cut, refused = _finish(attributes) if not _NO_FINISH(attributes) else (False, False)
     if not evaluations and not error and not cut and not refused:
         return None
     return CallQuality(tuple(evaluations), error, None, cut, refused)

@@ -44,8 +44,8 @@ from latency_budget._core.levers import (
     summarise,
 )
 from latency_budget._core.levers.weigh import Outcome, outcome_of, weigh_groups
-from latency_budget._core.quality import QualityStats, Scores
-from latency_budget._core.quality_reader import QualityTally, SpanQuality, joined, judged_answers
+from latency_budget._core.quality import Evaluation, QualityStats, Scores
+from latency_budget._core.quality_reader import QualityTally, SpanQuality, joined, judged_answers, response_id
 from latency_budget._core.report import TraceReport
 
 __all__ = [
@@ -79,6 +79,7 @@ FIT_POINTS = 32  # points per fit (thinned evenly from the window): 496 pairs, n
 MAX_SERIES = 32  # stage-and-model pairs remembered; calls of further pairs are not
 MAX_KEYS = 4096  # identities of recent calls, for the cache lever across requests
 MAX_NAME_CHARS = 128  # a kept model name is cut to this many characters
+MAX_PENDING = 1024  # evaluation results kept while their call's request has not ended
 # What the kept calls may hold at most, in bytes (CPython): per call (a Sample) its tuple
 # and up to three names of MAX_NAME_CHARS characters of up to 4 bytes (a Sample keeps
 # two, its model and target, one string when not cut); per series its key; the identities.
@@ -174,6 +175,14 @@ class RecentCalls:
         self._quality: dict[tuple[str, str], QualityTally] = {}
         # stage -> the success of requests within its max_calls and past it (add_loops).
         self._loops: dict[str, _LoopTally] = {}
+        # Evaluation log records (EvaluationLogProcessor), when joined: the recent model calls by
+        # (trace id, span id) and by response id (at most MAX_KEYS each, the oldest go first),
+        # and the results that came before their call's request ended (at most MAX_PENDING).
+        self._joins = False
+        self._by_span: dict[tuple[int, int], tuple[str, str]] = {}
+        self._by_response: dict[str, tuple[str, str]] = {}
+        self._pending: dict[tuple[int, int] | str, list[Evaluation]] = {}
+        self.unjoined = 0  # evaluation results that found no recent call
 
     def lever_hints(
         self,
@@ -205,6 +214,8 @@ class RecentCalls:
             maybe = self.add(samples)  # this trace's own calls count too (none: False)
             if quality is not None:  # what the request's spans said of answers (TraceState.quality)
                 self.add_quality(calls, quality)
+            if self._joins and samples:  # evaluation log records may name these calls
+                self._known(report.trace_id or 0, calls)
             if not maybe:
                 return shape  # and none has an identity to remember (add says True for any)
             findings = request_levers(
@@ -333,7 +344,6 @@ class RecentCalls:
         """
         qualities, guardrails = found
         judged = judged_answers(guardrails, calls) if guardrails else {}
-        tallies = self._quality
         for call in calls:
             model = call.model
             if model is None:
@@ -344,10 +354,75 @@ class RecentCalls:
             model = _cut(model) or ""
             if model not in self._series.get(call.stage, {}):
                 continue  # past MAX_SERIES: not kept
-            tally = tallies.get((call.stage, model))
-            if tally is None:
-                tally = tallies.setdefault((call.stage, model), QualityTally())
-            tally.add(quality, calls=0)  # the series count the calls
+            self._tally((call.stage, model)).add(quality, calls=0)  # the series count the calls
+
+    def join_evaluations(self) -> None:
+        """From now on, remember the recent model calls' ids, for :meth:`add_evaluation`."""
+        self._joins = True
+
+    def add_evaluation(
+        self, trace_id: int | None, span_id: int | None, response: str | None, evaluation: Evaluation
+    ) -> None:
+        """Count an evaluation result of a recent call: by trace and span id, else by response id.
+
+        A result whose call's request has not ended yet waits for it (at most
+        :data:`MAX_PENDING`; past that, the oldest is dropped and counted in ``unjoined``).
+        """
+        key: tuple[int, int] | str
+        if trace_id and span_id:
+            key = (trace_id, span_id)
+            target = self._by_span.get(key)
+        elif response:
+            key = response
+            target = self._by_response.get(key)
+        else:
+            self.unjoined += 1
+            return
+        if target is not None:
+            self._tally(target).add_evaluations((evaluation,))
+            return
+        pending = self._pending
+        pending.setdefault(key, []).append(evaluation)
+        while len(pending) > MAX_PENDING:
+            try:
+                dropped = pending.pop(next(iter(pending)))
+            except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                break
+            self.unjoined += len(dropped)
+
+    def _known(self, trace_id: int, calls: Sequence[Call]) -> None:
+        """Remember a request's model calls for evaluation results to come, and count those that came first."""
+        raw = calls._raw if type(calls) is RecordedCalls else ()
+        attributes = {item[0]: item[5] for item in raw}
+        for call in calls:
+            if call.model is None:
+                continue
+            model = _cut(call.model) or ""
+            if model not in self._series.get(call.stage, {}):
+                continue  # past MAX_SERIES: not kept
+            target = (call.stage, model)
+            keys: list[tuple[int, int] | str] = [(trace_id, call.span_id)]
+            self._by_span[(trace_id, call.span_id)] = target
+            response = response_id(attributes.get(call.span_id, {}))
+            if response is not None:
+                self._by_response[response] = target
+                keys.append(response)
+            for key in keys:
+                waiting = self._pending.pop(key, None)
+                if waiting:
+                    self._tally(target).add_evaluations(waiting)
+        for kept in (self._by_span, self._by_response):
+            while len(kept) > MAX_KEYS:
+                try:
+                    del kept[next(iter(kept))]  # type: ignore[arg-type]
+                except (KeyError, RuntimeError, StopIteration):
+                    break
+
+    def _tally(self, key: tuple[str, str]) -> QualityTally:
+        tally = self._quality.get(key)
+        if tally is None:
+            tally = self._quality.setdefault(key, QualityTally())
+        return tally
 
     def _series_for(self, sample: Sample) -> tuple[Sample, _Series] | None:
         """The sample to keep (its names cut) and its series, made if new; ``None`` past MAX_SERIES."""
