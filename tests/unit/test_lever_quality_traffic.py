@@ -12,11 +12,18 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.util.types import AttributeValue
 
+from latency_budget import EvaluationLogProcessor
 from latency_budget._core.levers.weigh import NO_QUALITY_DATA
 from latency_budget._core.recent import MIN_MODEL_CALLS_IN_PROCESS
 from latency_budget.cli import main
+
+try:
+    from opentelemetry._logs import LogRecord
+except ImportError:  # pragma: no cover  (older SDKs: the record is the SDK's)
+    from opentelemetry.sdk._logs import LogRecord  # type: ignore[attr-defined,no-redef]
 
 from .lever_traffic import Child, Traffic, levers
 from .test_lever_hints import chat
@@ -83,6 +90,34 @@ def test_with_no_evaluation_the_hint_stands_with_the_caveat(tmp_path: Path, caps
     (row,) = levers(t.report(tmp_path, capsys), "model_choice")
     assert row["requests"] > 0
     assert row["quality"] == NO_QUALITY_DATA
+
+
+def _late(fast_scores: tuple[float, float]) -> Traffic:
+    """The traffic of two_models, its evaluations emitted as log records after each request ended (by response id)."""
+    t = Traffic()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(EvaluationLogProcessor(t.p.processor))
+    logger = provider.get_logger("evaluator")
+    for n in range(MIN_MODEL_CALLS_IN_PROCESS):
+        for model, duration, score in (("fast", 100, fast_scores[n % 2]), ("slow", 400, (0.81, 1.0)[n % 2])):
+            answer = f"{model}-{n}"
+            t.send((f"chat {model}", duration, chat(model, stream=True, ttft_s=0.05, **{"gen_ai.response.id": answer})))
+            result = {"gen_ai.evaluation.name": "correctness", "gen_ai.evaluation.score.value": score}
+            logger.emit(LogRecord(attributes={"event.name": EVALUATION, "gen_ai.response.id": answer, **result}))
+    t.send(_scored("slow", 400, None))
+    return t
+
+
+def test_late_evaluation_log_records_stop_a_faster_but_worse_model_in_process() -> None:
+    """Evaluations that arrive as log records after their request (joined by response id): no hint for worse."""
+    assert _late((0.48, 0.68)).hints("model_choice") == []
+
+
+def test_late_evaluation_log_records_let_a_faster_and_equal_model_through() -> None:
+    """Null control: the same late records with equal scores: the hint, weighed (quality_checked)."""
+    hints = _late((0.81, 1.0)).hints("model_choice")
+    assert hints
+    assert {hint["latency_budget.hint.basis"] for hint in hints} == {"quality_checked"}
 
 
 LOOPS = """
