@@ -34,6 +34,8 @@ __all__ = [
     "MAX_CALLS",
     "OVER_BUDGET_STAGES",
     "OVER_MS",
+    "PARTIAL",
+    "PARTIAL_REASON",
     "PROFILE",
     "SEVERITY",
     "STAGE",
@@ -59,8 +61,10 @@ __all__ = [
 # in OVER_BUDGET_STAGES / WARN_STAGES, hints that name their spans, values in ms rounded
 # to microseconds, events stamped where Jaeger shows them. 3: where the model calls' time
 # went, under "inference." (INFERENCE_*), and an agent's own call counts where they
-# disagree with the counted calls (AGENT_*); nothing of version 2 changed.
-CONTRACT_VERSION = 3
+# disagree with the counted calls (AGENT_*); nothing of version 2 changed. 4: a trace
+# `serve` judged or forwarded on part of its spans is marked (PARTIAL, PARTIAL_REASON);
+# nothing of version 3 changed.
+CONTRACT_VERSION = 4
 
 PREFIX = "latency_budget."
 TOTAL = "total"  # the "stage" of the request-level budgets (total_ms, first_token_ms)
@@ -86,6 +90,13 @@ PROFILE = "latency_budget.profile"
 TRUNCATED = "latency_budget.truncated"
 UNATTRIBUTED_MS = "latency_budget.unattributed_ms"
 CRITICAL_STAGE = "latency_budget.critical_stage"
+
+# Written by `serve` only (see _serve/partial.py): on a judged root whose trace lacked spans
+# (a parent never arrived), and on the spans it forwarded knowing their trace was partial
+# (late spans; the top spans of a part that came without its root). The reason is one of
+# _serve.partial.PARTIAL_REASONS: missing_parent, late_spans, no_root.
+PARTIAL = "latency_budget.partial"
+PARTIAL_REASON = "latency_budget.partial.reason"
 
 # On the local root, where its model calls' time went (summed over them; see
 # _core/inference.py): calls traced by the inference server too (vLLM, SGLang) and by the

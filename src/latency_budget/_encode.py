@@ -2,7 +2,7 @@
 
 Names from recorded traces (models, tools, data sources, span names), from budget files
 (stages, profiles, keys) and from the command line (services, URLs, paths) end up in
-Prometheus rules, pasted shell commands, YAML, Markdown, HTML and terminals. Every writer
+Prometheus rules, Prometheus' exposition text, pasted shell commands, YAML, Markdown, HTML and terminals. Every writer
 passes them through the function for its language; nothing untrusted is concatenated
 into any of them raw. Standard library only: ``shlex.quote`` for shells, ``html.escape``
 for HTML, the rest is the escapes each format defines.
@@ -20,6 +20,7 @@ import re
 import shlex
 
 __all__ = [
+    "exposition_help",
     "html_text",
     "markdown_block",
     "markdown_cell",
@@ -87,6 +88,29 @@ def promql_string(text: str) -> str:
     rejects; Go's escapes (``\\x``, ``\\u``, ``\\U``) are used instead.
     """
     return f'"{_go_escaped(text)}"'
+
+
+def exposition_help(text: str) -> str:
+    """The text of a Prometheus exposition ``# HELP`` line: a scraper reads it back as ``text``, shown.
+
+    The format (text 0.0.4) knows two escapes there, ``\\\\`` and ``\\n``, and reads
+    anything else after a backslash as an error; every other character that is not plainly
+    visible is shown escaped as text (``\\x1b`` reads back as those four characters), and
+    a lone surrogate, which has no UTF-8 form, as U+FFFD.
+    """
+    out: list[str] = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == "\n":
+            out.append("\\n")
+        elif 0xD800 <= ord(char) <= 0xDFFF:
+            out.append("\ufffd")
+        elif _shown(char):
+            out.append(char)
+        else:
+            out.append("\\" + _escape_char(char))
+    return "".join(out)
 
 
 def template_text(text: str) -> str:

@@ -13,8 +13,9 @@ traces later, for several seconds.
 - The backend list grows from two instances to three while traces are open: a trace whose
   root is routed to another instance than its children is split. Nothing is lost or sent
   twice; the part with the root is judged on what reached it, and the rootless part is
-  forwarded unjudged after ``--max-wait``, counted in ``traces_forwarded_unjudged``
-  (docs/collector-tier.md, "Durability").
+  forwarded unjudged after ``--max-wait``, counted in ``traces_forwarded_unjudged`` and
+  ``traces_partial``, its spans marked ``latency_budget.partial.reason=no_root``
+  (docs/collector-tier.md, "Durability" and "Partial traces").
 
 Waiting is polling the health counters and the receiver, with generous deadlines; the
 sender paces its requests (it is the traffic, not a synchronisation).
@@ -263,6 +264,7 @@ def test_kill_9_of_an_instance_mid_stream_loses_nothing_and_judges_each_trace_on
     assert restarted["wal_spans_lost"] == 0
     for found in counters:
         assert found["traces_forwarded_unjudged"] == 0, found
+        assert found["traces_partial"] == 0, found  # replayed traces are whole again
         assert found["spans_dropped"] == 0, found
         assert found["spans_late"] == 0, found
 
@@ -302,5 +304,11 @@ def test_a_backend_added_while_traces_are_open_splits_the_rerouted_ones_and_coun
     # their roots judged alone where they went, their children forwarded unjudged where they were.
     assert 0 < len(split) < len(traces)
     assert sum(c["traces_forwarded_unjudged"] for c in counters) == len(split)  # their children, counted
+    assert sum(c["traces_partial"] for c in counters) == len(split)  # ... as partial, where they were
+    for _, _, span in hop.spans():  # each split trace's children marked; nothing of a whole one
+        if span.parent_span_id:
+            reason = attributes_of(span.attributes).get("latency_budget.partial.reason")
+            split_trace = int.from_bytes(span.trace_id, "big") in split
+            assert reason == ("no_root" if split_trace else None), (span.trace_id.hex(), reason)
     assert sum(c["traces_judged"] for c in counters) == len(traces)
     assert all(c["spans_dropped"] == 0 for c in counters)

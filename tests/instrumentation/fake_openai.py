@@ -21,6 +21,11 @@ for tools before the text answer: a request is answered with tool calls while it
 assistant turns with tool calls than that (an agent loop of several iterations). Tool calls
 of rounds after the first have ids of their own (``call_weather_r2_1``...).
 
+``cached_tokens`` and ``reasoning_tokens`` (``None`` unless a test sets them) add OpenAI's
+usage details to every answer's usage: ``prompt_tokens_details.cached_tokens`` (input tokens
+served from the prompt cache, within ``prompt_tokens``) and
+``completion_tokens_details.reasoning_tokens`` (within ``completion_tokens``).
+
 ``script`` (empty unless a test fills it) replaces the canned answers: each chat request
 takes the next :class:`Turn`, tool calls (any names, any arguments, several at once) or a
 text, so an agent loop can be driven through several iterations to its stop tool.
@@ -91,8 +96,21 @@ def _wants_tool_call(body: dict[str, Any], tool_rounds: int = 1) -> bool:
     return bool(body.get("tools")) and _round(body) < tool_rounds
 
 
-def _usage() -> dict[str, int]:
-    return {"prompt_tokens": 12, "completion_tokens": len(ANSWER_WORDS), "total_tokens": 12 + len(ANSWER_WORDS)}
+PROMPT_TOKENS = 12
+
+
+def usage(cached_tokens: int | None = None, reasoning_tokens: int | None = None) -> dict[str, Any]:
+    """An answer's usage, with OpenAI's details where given."""
+    found: dict[str, Any] = {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": len(ANSWER_WORDS),
+        "total_tokens": PROMPT_TOKENS + len(ANSWER_WORDS),
+    }
+    if cached_tokens is not None:
+        found["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if reasoning_tokens is not None:
+        found["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return found
 
 
 def _arguments(index: int) -> str:
@@ -115,9 +133,13 @@ def _call_id(index: int, round_index: int = 0) -> str:
 
 
 def completion(
-    body: dict[str, Any], tool_calls: int = 1, turn: Turn | None = None, response_id: str = "chatcmpl-fake-1"
+    body: dict[str, Any],
+    tool_calls: int = 1,
+    turn: Turn | None = None,
+    response_id: str = "chatcmpl-fake-1",
+    used: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The non-streamed ``chat.completion`` answer to a request body (``turn``: the scripted one)."""
+    """The non-streamed ``chat.completion`` answer to a body (``turn``: the scripted one, ``used`` its usage)."""
     turn = turn or _turn(body, tool_calls)
     round_index = _round(body)
     if turn.tool_calls:
@@ -143,12 +165,16 @@ def completion(
         "created": CREATED,
         "model": body.get("model", MODEL),
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": _usage(),
+        "usage": used or usage(),
     }
 
 
 def chunks(
-    body: dict[str, Any], tool_calls: int = 1, turn: Turn | None = None, response_id: str = "chatcmpl-fake-1"
+    body: dict[str, Any],
+    tool_calls: int = 1,
+    turn: Turn | None = None,
+    response_id: str = "chatcmpl-fake-1",
+    used: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed answer, in order (``turn``: the scripted one)."""
     turn = turn or _turn(body, tool_calls)
@@ -185,7 +211,7 @@ def chunks(
     if (body.get("stream_options") or {}).get("include_usage"):
         final = chunk({})
         final["choices"] = []
-        final["usage"] = _usage()
+        final["usage"] = used or usage()
         yield final
 
 
@@ -220,7 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
             served.first_chunk_ns = time.time_ns()
             if not turn.tool_calls:
                 served.first_text_ns = served.first_chunk_ns
-            self._send_json(200, completion(body, self.server.tool_calls, turn, served.response_id))
+            answer = completion(body, self.server.tool_calls, turn, served.response_id, self.server.usage())
+            self._send_json(200, answer)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -228,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()  # HTTP/1.0: the body ends when the connection closes
         if self.server.first_chunk_delay_s > 0:
             time.sleep(self.server.first_chunk_delay_s)  # the model's time to its first token
-        for item in chunks(body, self.server.tool_calls, turn, served.response_id):
+        for item in chunks(body, self.server.tool_calls, turn, served.response_id, self.server.usage()):
             if served.first_chunk_ns is None:
                 served.first_chunk_ns = time.time_ns()
             if served.first_text_ns is None and any((c.get("delta") or {}).get("content") for c in item["choices"]):
@@ -263,6 +290,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         self.first_chunk_delay_s = 0.0
         self.tool_calls = 1
         self.tool_rounds = 1
+        self.cached_tokens: int | None = None
+        self.reasoning_tokens: int | None = None
         self._answers = 0
         self.pair = threading.Barrier(2, timeout=PAIR_TIMEOUT_S)
         self._lock = threading.Lock()
@@ -272,6 +301,10 @@ class FakeOpenAIServer(ThreadingHTTPServer):
         """The ``base_url`` to give ``openai.OpenAI``."""
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}/v1"
+
+    def usage(self) -> dict[str, Any]:
+        """The usage every answer reports now (with the details a test set)."""
+        return usage(self.cached_tokens, self.reasoning_tokens)
 
     def next_turn(self, body: dict[str, Any]) -> Turn:
         """The next scripted turn, or the canned answer when the script is empty."""

@@ -7,6 +7,7 @@ Fixtures:
     otelcol       Path: the built Collector
     api_server    ApiServer: etcd and kube-apiserver on loopback, one per module, with the
                   chart's namespace created (Pod Security ``restricted``, warn and enforce)
+                  and the CRDs of the chart's optional objects installed (crds.py)
     render        Callable[[Path | None], list[dict]]: ``helm template`` of the chart with a
                   values file (None: the defaults), its objects parsed
 """
@@ -25,10 +26,12 @@ import yaml
 from ..ci import skip_or_fail_in_ci
 from ..e2e.services import tools_bin_dir
 from .cluster import ApiServer, running_api_server
+from .crds import install_crds
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "latency-budget"
 ALL_ON_VALUES = CHART / "ci" / "all-on-values.yaml"
+KEDA_VALUES = CHART / "ci" / "keda-values.yaml"
 NAMESPACE = "latency-budget"
 RELEASE = "tier"
 
@@ -68,6 +71,7 @@ def api_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
         }
         created = api.request("POST", "/api/v1/namespaces", namespace)
         assert created.status == 201, created.body
+        install_crds(api)  # ServiceMonitor, PrometheusRule, ScaledObject
         yield api
 
 

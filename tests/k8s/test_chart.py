@@ -27,10 +27,10 @@ from latency_budget.cli._main import build_parser, main
 from ..e2e.services import LOOPBACK, ManagedProcess, free_ports, poll
 from ..serve.harness import NextHop
 from .cluster import ApiServer
-from .conftest import ALL_ON_VALUES, CHART, NAMESPACE, REPO
+from .conftest import ALL_ON_VALUES, CHART, KEDA_VALUES, NAMESPACE, REPO
 
 Render = Callable[[Path | None], list[dict[str, Any]]]
-VALUES = {"defaults": None, "all-on": ALL_ON_VALUES}
+VALUES = {"defaults": None, "all-on": ALL_ON_VALUES, "keda": KEDA_VALUES}
 
 
 def _one(objects: list[dict[str, Any]], kind: str, suffix: str = "") -> dict[str, Any]:
@@ -79,7 +79,9 @@ def test_every_object_is_accepted_by_the_api_server(api_server: ApiServer, rende
     kinds = {obj["kind"] for obj in objects}
     expected = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "StatefulSet"}
     assert expected | {"PodDisruptionBudget"} <= kinds
-    assert ("HorizontalPodAutoscaler" in kinds) == (values is not None)
+    assert ("HorizontalPodAutoscaler" in kinds) == (values == ALL_ON_VALUES)
+    assert ("ScaledObject" in kinds) == (values == KEDA_VALUES)
+    assert ({"ServiceMonitor", "PrometheusRule"} <= kinds) == (values is not None)
 
 
 def test_the_api_server_refuses_an_unknown_field_and_warns_on_an_unsafe_pod(
@@ -256,3 +258,23 @@ def test_serve_starts_with_the_chart_arguments_and_environment(
     assert listening["grpc"] == f"{LOOPBACK}:{grpc_port}"
     assert "OTEL_EXPORTER_OTLP_ENDPOINT" in endpoints
     assert (tmp_path / "wal").is_dir()
+
+
+@pytest.mark.parametrize("interval", ["10", "off"])
+def test_the_budget_file_reaches_serve_live_unless_reload_is_off(render: Render, interval: str, tmp_path: Path) -> None:
+    """The ConfigMap is mounted as a directory (no subPath); a checksum rolls the pods only with reload off."""
+    values = tmp_path / "values.yaml"
+    values.write_text(f"serve:\n  reloadInterval: {interval}\n", encoding="utf-8")
+    objects = render(values)
+    template = _one(objects, "StatefulSet")["spec"]["template"]
+    container = _serve_container(objects)
+    args = container["args"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "budgets"]
+    (volume,) = [v for v in template["spec"]["volumes"] if v["name"] == "budgets"]
+
+    assert "subPath" not in mount  # a subPath file is never updated in the container
+    assert args[args.index("--budgets") + 1] == mount["mountPath"] + "/budgets.yaml"
+    assert volume["configMap"]["name"] == _one(objects, "ConfigMap", "-budgets")["metadata"]["name"]
+    assert args[args.index("--reload-interval") + 1] == interval
+    rolls = "checksum/budgets" in template["metadata"].get("annotations", {})
+    assert rolls == (interval == "off")

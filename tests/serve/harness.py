@@ -233,6 +233,7 @@ def running(
     limits: Limits | None = None,
     drain: bool = True,
     reports: bool = False,
+    partial_in_metrics: bool = False,
     **options: Any,
 ) -> Iterator[Running]:
     """A started server forwarding to ``next_hop_url`` (with ``reports``, its logs and metrics too); drained after."""
@@ -245,15 +246,16 @@ def running(
         **options,
     )
     target = otlp_target(next_hop_url, "grpc", strict=True)
-    sinks, flush = open_report_sinks(target) if reports else ([], None)
+    sinks = open_report_sinks(target, partial_in_metrics=partial_in_metrics) if reports else None
     server = Server(
         config,
         settings,
         open_sender(target),
         destination=next_hop_url,
         log=EventLog(log),
-        sinks=sinks,
-        flush_sinks=flush,
+        sinks=sinks.sinks if sinks is not None else (),
+        flush_sinks=sinks.flush if sinks is not None else None,
+        metric_bank=sinks.bank if sinks is not None else None,
     )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)

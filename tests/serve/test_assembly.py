@@ -94,6 +94,34 @@ def test_trace_past_max_spans_is_evicted_whole_and_later_spans_pass_through() ->
     assert buffer.held() == (0, 0, 0)
     _, again = buffer.add(spans[:1])
     assert [d.outcome for d in again] == ["late"]
+    assert (again[0].mark_late, again[0].count_partial) == (False, False)  # evicted: not partial, passed on
+
+
+def test_late_spans_are_marked_each_time_and_their_trace_counted_partial_once() -> None:
+    """Late spans of a judged trace are marked every time; the trace is counted partial the first time only."""
+    clock = Clock()
+    buffer = TraceBuffer(Limits(decision_wait_s=1.0), clock)
+    spans = _spans()
+    buffer.add(spans[2:])
+    clock.now = 2.0
+    assert [d.outcome for d in buffer.due()] == ["judge"]
+    _, first = buffer.add(spans[:1])
+    _, second = buffer.add(spans[1:2])
+    assert [(d.mark_late, d.count_partial) for d in first + second] == [(True, True), (True, False)]
+    assert buffer.first_partial(spans[0].trace_id) is False  # already counted by the late spans
+
+
+def test_a_decided_trace_is_found_partial_for_the_first_time_once() -> None:
+    """first_partial is True once per decided trace (the judge's or the rootless path's count), then False."""
+    clock = Clock()
+    buffer = TraceBuffer(Limits(decision_wait_s=1.0, max_wait_s=2.0), clock)
+    buffer.add(_spans(root=False))
+    clock.now = 3.0
+    (decided,) = buffer.due()
+    assert decided.outcome == "no_root"
+    assert [buffer.first_partial(decided.trace_id) for _ in range(2)] == [True, False]
+    _, late = buffer.add(_spans()[:1])  # its root, after the trace left without it
+    assert [(d.outcome, d.mark_late, d.count_partial) for d in late] == [("late", True, False)]
 
 
 def test_drain_gives_rooted_traces_to_judge_and_the_rest_unjudged() -> None:

@@ -216,7 +216,7 @@ def test_the_report_sinks_leave_their_shutdown_to_the_drain(
     """
     registered: list[object] = []
     monkeypatch.setattr(atexit, "register", lambda function, *args, **kwargs: registered.append(function))
-    _, flush = open_report_sinks(otlp_target("http://127.0.0.1:9", "grpc", strict=True), metric_interval_s=3600)
+    flush = open_report_sinks(otlp_target("http://127.0.0.1:9", "grpc", strict=True), metric_interval_s=3600).flush
     try:
         assert registered == []
     finally:

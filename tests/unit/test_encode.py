@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from latency_budget._encode import (
+    exposition_help,
     html_text,
     markdown_cell,
     markdown_text,
@@ -54,6 +55,42 @@ def test_yaml_scalars_read_back_for_any_text(text: str) -> None:
     """Any text without lone surrogates round-trips through a YAML scalar; lone surrogates become U+FFFD."""
     expected = "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
     assert yaml.safe_load(yaml_scalar(text)) == expected
+
+
+def _read_help(text: str) -> str:
+    """A HELP line's text as Prometheus' text parser reads it: ``\\\\`` and ``\\n`` only, else an error."""
+    out, chars = [], iter(text)
+    for char in chars:
+        if char != "\\":
+            out.append(char)
+            continue
+        escaped = next(chars)
+        if escaped not in "\\n":
+            raise ValueError(f"invalid escape sequence \\{escaped}")
+        out.append("\n" if escaped == "n" else "\\")
+    return "".join(out)
+
+
+def _shown_help(text: str) -> str:
+    """What a HELP line shows of ``text``: line feeds kept, other invisible characters as escape text."""
+    return "".join("\n" if c == "\n" else "\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else visible(c) for c in text)
+
+
+@pytest.mark.parametrize("payload", [*PAYLOADS, "ends with a backslash \\", "\\n is not a line feed"])
+def test_exposition_help_reads_back_on_one_line(payload: str) -> None:
+    """A HELP text stays on one line and a scraper's reading gives the text back, invisible characters shown."""
+    encoded = exposition_help(payload)
+    assert "\n" not in encoded
+    assert encoded.isprintable()
+    assert _read_help(encoded) == _shown_help(payload)
+
+
+@given(st.text())
+def test_exposition_help_reads_back_for_any_text(text: str) -> None:
+    """Any text, lone surrogates included, is valid UTF-8 HELP text that reads back as the text shown."""
+    encoded = exposition_help(text)
+    encoded.encode("utf-8")
+    assert _read_help(encoded) == _shown_help(text)
 
 
 def test_promql_strings_keep_astral_characters_as_utf8() -> None:

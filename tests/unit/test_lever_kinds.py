@@ -63,6 +63,15 @@ def _output_length(r: Requests) -> None:
     r.send(("chat m", 12250, chat("m", stream=True, ttft_s=0.25, **{"gen_ai.usage.output_tokens": 1200})))
 
 
+def _reasoning(r: Requests) -> None:
+    for n in range(WINDOW - 1):
+        thought, answer = 200 * (1 + n % 5), 100 * (1 + n % 3)
+        tokens = {"gen_ai.usage.output_tokens": thought + answer, "gen_ai.usage.reasoning.output_tokens": thought}
+        r.send(("chat m", 200 + 2 * (thought + answer), chat("m", stream=False, **tokens)))
+    tokens = {"gen_ai.usage.output_tokens": 1800, "gen_ai.usage.reasoning.output_tokens": 1600}
+    r.send(("chat m", 3800, chat("m", stream=False, **tokens)))
+
+
 def _sequential_calls(r: Requests) -> None:
     tool = {"gen_ai.operation.name": "execute_tool"}
     r.send(("tool a", 100, {**tool, "gen_ai.tool.name": "a"}), ("tool b", 100, {**tool, "gen_ai.tool.name": "b"}))
@@ -81,6 +90,7 @@ SCENARIOS: dict[HintKind, Callable[[Requests], None]] = {
     "model_choice": _model_choice,
     "context_size": _context_size,
     "output_length": _output_length,
+    "reasoning": _reasoning,
 }
 
 

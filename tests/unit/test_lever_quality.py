@@ -152,7 +152,7 @@ def test_every_lever_that_changes_answers_says_when_it_had_no_quality_data() -> 
     (weighed,) = [f for f in request_levers(request, _report(request), known) if f.kind == "output_length"]
     assert not weighed.unweighed
     answer_changing = {name for name, lever in LEVERS.items() if lever.changes_answers}
-    assert answer_changing == {"model_choice", "context_size", "output_length", "iterations"}
+    assert answer_changing == {"model_choice", "context_size", "output_length", "reasoning", "iterations"}
 
 
 def _loops(within_ok: bool, known: bool = True) -> list[TraceReport]:

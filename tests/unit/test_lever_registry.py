@@ -55,7 +55,7 @@ def test_the_processor_runs_every_lever_of_the_table() -> None:
     """The estimated levers' finders are the processor's; the two read from the shape are find_hints' own."""
     estimated = [lever for lever in LEVERS.values() if lever.estimated]
     finders = {lever.find_in_request or lever.find_in_stage for lever in estimated}
-    assert finders == set(REQUEST_FINDERS) | {find for find, _ in STAGE_FINDERS}
+    assert finders == set(REQUEST_FINDERS) | {find for find, _, _ in STAGE_FINDERS}
     shape = [name for name, lever in LEVERS.items() if not lever.estimated]
     for name in shape:
         assert getattr(hints, name) is importlib.import_module(f"latency_budget._core.levers.{name}")

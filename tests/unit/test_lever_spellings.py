@@ -42,7 +42,10 @@ def _read(attributes: dict[str, object], *, ttft: int | None = None) -> call_fac
 def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str) -> None:
     """A span whose only spelling of a fact is this key gets that fact from it."""
     model: dict[str, object] = {} if column == "model" else {CALL_KEYS.model[-1]: "m"}
-    if column in ("output_tokens", "stream", "finish_reasons"):
+    if (
+        column in ("output_tokens", "stream", "finish_reasons", "reasoning_tokens", "reasoning_level")
+        or "cache" in column
+    ):
         model.update(_GENERATION)  # read of generation calls only (see the test below)
     if column in ("tool_name", "data_source"):
         # What a call without a model called: read on a span with arguments (the only
@@ -80,6 +83,19 @@ def test_every_spelling_in_the_table_is_read(source: str, column: str, key: str)
         for reason in sorted(TOOL_CALL_FINISH_REASONS):
             assert _read({**model, key: (reason,)}).to_tools, reason
         assert not _read({**model, key: ("stop",)}).to_tools
+    elif column in ("cached_input_tokens", "cache_creation_input_tokens"):
+        # A share of the input tokens: read beside an input count, never beyond it.
+        with_input = {**model, CALL_KEYS.input_tokens[0]: 100}
+        assert getattr(_read({**with_input, key: 60}), column) == 60
+        assert getattr(_read({**with_input, key: 160}), column) is None
+        assert getattr(_read({**model, key: 60}), column) is None
+    elif column == "reasoning_tokens":  # counted within the output tokens: read where those are
+        assert _read({**model, CALL_KEYS.output_tokens[0]: 50, key: 44}).reasoning_tokens == 44
+        assert _read({**model, key: 44}).reasoning_tokens is None
+    elif column == "reasoning_level":  # read where the call records its reasoning
+        reasoned = {**model, CALL_KEYS.output_tokens[0]: 50, CALL_KEYS.reasoning_tokens[0]: 9}
+        assert _read({**reasoned, key: "low"}).reasoning_level == "low"
+        assert _read({**model, key: "low"}).reasoning_level is None
     else:  # a new column: say how it is read here
         pytest.fail(f"{source}: column {column!r} of CallKeys has no test")
 
@@ -169,5 +185,6 @@ def test_recorded_calls_read_the_same_facts_as_call_of() -> None:
             assert sample[index] == getattr(call, field), field
     assert len(calls) == 3
     assert calls == tuple(calls)
+    assert calls.calls() == call_facts.calls_of(raw)  # built from the samples: as if each span were read again
     assert not RecordedCalls([(1, "model_call", 10, 40, None, other)])
     assert RecordedCalls([(1, "model_call", 10, 40, None, other)]) == ()

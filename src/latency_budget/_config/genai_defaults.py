@@ -228,6 +228,12 @@ class CallKeys:
     instructions: tuple[str, ...] = ()  # part of a call's identity too
     stream: tuple[str, ...] = ()  # true when the call asked to stream
     finish_reasons: tuple[str, ...] = ()
+    # Input tokens the provider served from its prompt cache (a prefix of the prompt), and
+    # those it wrote to it; each counted within the input tokens (the context lever).
+    cached_input_tokens: tuple[str, ...] = ()
+    cache_creation_input_tokens: tuple[str, ...] = ()
+    reasoning_tokens: tuple[str, ...] = ()  # output tokens spent reasoning (the reasoning lever)
+    reasoning_level: tuple[str, ...] = ()  # the reasoning level (effort) the call asked for
     generation: bool = False
 
 
@@ -354,6 +360,16 @@ DIALECTS: tuple[Dialect, ...] = (
             instructions=("gen_ai.system_instructions",),
             stream=("gen_ai.request.stream",),
             finish_reasons=("gen_ai.response.finish_reasons",),
+            # Pydantic AI and Logfire write the conventions' keys, and their older
+            # `details` keys beside them; Strands its own name for cache writes too.
+            cached_input_tokens=("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.details.cache_read_tokens"),
+            cache_creation_input_tokens=(
+                "gen_ai.usage.cache_creation.input_tokens",
+                "gen_ai.usage.details.cache_write_tokens",
+                "gen_ai.usage.cache_write_input_tokens",
+            ),
+            reasoning_tokens=("gen_ai.usage.reasoning.output_tokens", "gen_ai.usage.details.reasoning_tokens"),
+            reasoning_level=("gen_ai.request.reasoning.level", "gen_ai.request.reasoning.effort"),
             generation=True,
         ),
         evidence_class="GenAI semconv",
@@ -372,6 +388,12 @@ DIALECTS: tuple[Dialect, ...] = (
             output_tokens=("gen_ai.usage.completion_tokens",),
             arguments=("gen_ai.prompt",),
             results=("gen_ai.completion.0.content",),
+            # opentelemetry-semantic-conventions-ai's names (its OpenAI instrumentation writes
+            # the conventions' cache key, its Anthropic and Bedrock ones these too).
+            cached_input_tokens=("gen_ai.usage.cache_read_input_tokens",),
+            cache_creation_input_tokens=("gen_ai.usage.cache_creation_input_tokens",),
+            reasoning_tokens=("gen_ai.usage.reasoning_tokens", "llm.usage.reasoning_tokens"),
+            reasoning_level=("gen_ai.request.reasoning_effort", "llm.request.reasoning_effort"),
         ),
         evidence_class="instrumentation's own keys",
     ),
@@ -396,6 +418,12 @@ DIALECTS: tuple[Dialect, ...] = (
             tool_name=("tool.name",),
             arguments=("input.value",),
             results=("output.value",),
+            cached_input_tokens=(
+                "llm.token_count.prompt_details.cache_read",
+                "llm.token_count.prompt_details.cache_input",  # its older name, still defined
+            ),
+            cache_creation_input_tokens=("llm.token_count.prompt_details.cache_write",),
+            reasoning_tokens=("llm.token_count.completion_details.reasoning",),
             generation=True,
         ),
         evidence_class="instrumentation's own keys",

@@ -113,7 +113,10 @@ class BudgetFileWatcher:
     Reading never blocks: a FIFO or a device is refused without waiting for a writer.
 
     ``source`` (default: the path as given) names the file in error messages; the path
-    is resolved once, so a later ``chdir`` does not change which file is read. ``clock``
+    is resolved once, so a later ``chdir`` does not change which file is read; its
+    symlinks are followed at every check, so a Kubernetes ConfigMap volume's update (its
+    ``..data`` link replaced at once) is seen as one new version. ``on_failure``, when
+    given, is told of each failure (once per broken version) instead of the log. ``clock``
     (monotonic seconds) is for tests.
     """
 
@@ -125,12 +128,14 @@ class BudgetFileWatcher:
         source: str | None = None,
         settle_s: float = SETTLE_S,
         clock: Callable[[], float] = time.monotonic,
+        on_failure: Callable[[Exception], object] | None = None,
     ) -> None:
         if not (_positive(settle_s) or settle_s == 0):
             raise ValueError(f"settle_s must be a number of seconds, got {settle_s!r}")
         self.source = source or os.fspath(path)
         self._path = Path(os.path.abspath(path))
         self._on_change = on_change
+        self._on_failure = on_failure
         self._settle_s = settle_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -225,6 +230,12 @@ class BudgetFileWatcher:
         if key == self._failure:
             return
         self._failure = key
+        if self._on_failure is not None:
+            try:
+                self._on_failure(exc)
+            except Exception as error:  # the watcher goes on whatever the callback does
+                logger.error("latency_budget: reload failure callback raised: %r", error)
+            return
         if internal:
             logger.error(
                 "latency_budget: internal error while checking %s for changes (logged once): %r",

@@ -68,6 +68,14 @@ _RESULTS = CALL_KEYS.results  # read only on a span with arguments
 # The first spelling of these is read inline, the others (if any) only when it is missing.
 _FINISH_REASONS, _OTHER_FINISH_REASONS = CALL_KEYS.finish_reasons[0], CALL_KEYS.finish_reasons[1:]
 _STREAM, _OTHER_STREAM = CALL_KEYS.stream[0], CALL_KEYS.stream[1:]
+# Reasoning tokens: one presence test of every spelling, not a read of the first (most
+# calls record none, and a span's mapping answers a set's test for less than one get).
+_REASONING = CALL_KEYS.reasoning_tokens
+_no_reasoning_keys = frozenset(_REASONING).isdisjoint
+# Read only where a Call is made (the levers' reading of a request, not the series): the
+# input tokens the provider's prompt cache served or took, and the reasoning level asked for.
+_CACHE_KEYS = frozenset((*CALL_KEYS.cached_input_tokens, *CALL_KEYS.cache_creation_input_tokens))
+_no_cache_keys = _CACHE_KEYS.isdisjoint
 _LEVER_KEYS = frozenset((*_MODELS, *_ARGUMENTS))  # a span with none of these can have no lever
 # The presence tests, bound once: a method looked up at each call costs more (callgrind).
 _no_lever_keys = _LEVER_KEYS.isdisjoint
@@ -109,6 +117,7 @@ Sample = tuple[
     "int | None",
     "str | None",
     "int | None",
+    "int | None",
 ]
 SAMPLE_FIELDS = (
     "stage",
@@ -124,6 +133,7 @@ SAMPLE_FIELDS = (
     "key",
     "target",
     "result",
+    "reasoning_tokens",
 )
 
 
@@ -134,14 +144,18 @@ class Call:
     ``generation`` is a chat or completion call (its output can be streamed);
     ``streamed`` says it streamed (``gen_ai.request.stream`` true, or a first token
     recorded); ``to_tools`` that it answered with tool calls, so its output was not for
-    the user. Only a generation's levers (streaming, output length) read its output
-    tokens, stream flag and finish reasons, so only a generation call's are read: on
-    another call they are ``None`` and ``False`` (a first token recorded still makes it
-    ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
+    the user. Only a generation's levers (streaming, output length, reasoning) read its
+    output and reasoning tokens, stream flag and finish reasons, so only a generation
+    call's are read: on another call they are ``None`` and ``False`` (a first token
+    recorded still makes it ``streamed``). ``key`` identifies identical calls (same stage, target and arguments) and
     is ``None`` when the span carries no arguments. ``target`` is what was called: a
     model, a tool or a data source, for people only. ``result`` is a hash of what a call
     with arguments returned (``gen_ai.tool.call.result``, OpenInference's
     ``output.value``...: the ``results`` column of the dialects), ``None`` when not recorded.
+    ``reasoning_tokens`` are the output tokens spent reasoning, ``reasoning_level`` the level
+    (effort) the call asked for; ``cached_input_tokens`` the input tokens the provider read
+    from its prompt cache and ``cache_creation_input_tokens`` those it wrote to it, each
+    within ``input_tokens`` (``None`` when not recorded, or when more than the input tokens).
     """
 
     span_id: int
@@ -161,6 +175,10 @@ class Call:
     target: str | None
     result: int | None = None
     quality: CallQuality | None = None  # filled by the quality reader (issue 46) where evidence exists
+    reasoning_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    reasoning_level: str | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -191,7 +209,7 @@ class RecordedCalls(Sequence[Call]):
     def calls(self) -> tuple[Call, ...]:
         built = self._built
         if built is None:
-            built = self._built = calls_of(self._raw, self._tools_only)
+            built = self._built = calls_of(self._raw, self._tools_only, self.samples)
         return built
 
     def __bool__(self) -> bool:
@@ -260,6 +278,7 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
         else:
             generation = _other_generation(get)
         output_tokens: int | None = None
+        reasoning_tokens: int | None = None
         to_tools = False
         streamed = first_token_ns is not None
         target: str | None = model
@@ -290,6 +309,9 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 input_tokens = _first_count(get, _INPUT_TOKENS[1:])
                 if generation:
                     output_tokens = _first_count(get, _OUTPUT_TOKENS[1:])
+            # Reasoning tokens are counted within the output tokens: read where those are.
+            if output_tokens is not None and not _no_reasoning_keys(attributes):
+                reasoning_tokens = _first_count(get, _REASONING)
         else:
             input_tokens = None
             target = _first_str(get, CALL_KEYS.tool_name)
@@ -318,6 +340,7 @@ def recorded_calls(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TO
                 key,
                 target,
                 result,
+                reasoning_tokens,
             )
         )
     if not samples:
@@ -358,27 +381,35 @@ def _has_lever_keys(attributes: Mapping[str, object]) -> bool:
     return (type(model) is str and model != "") or not _no_lever_keys(attributes)
 
 
-def calls_of(raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY) -> tuple[Call, ...]:
+def calls_of(
+    raw: Sequence[RawCall], tools_only: AbstractSet[int] = _NO_TOOLS_ONLY, samples: Sequence[Sample] | None = None
+) -> tuple[Call, ...]:
     """The calls a lever can use, in start order (then end, then span id); ``tools_only`` as for recorded_calls.
 
     Those are the stage spans with a model or arguments, and the other spans of their
     stages (whose time the stage's union needs). A stage none of whose spans has either,
     such as most tool and guardrail stages, gives none: reading its spans would cost the
-    root's end for nothing.
+    root's end for nothing. ``samples``, when given, are :func:`recorded_calls`' of ``raw``
+    (with the same ``tools_only``): the facts they hold are not read again.
     """
     calls: list[Call] = []
     others: list[RawCall] = []
-    used: set[str] = set()
+    keyed: list[RawCall] = []
     for item in raw:
-        attributes = item[5]
-        if _has_lever_keys(attributes):  # the same spans as recorded_calls reads
-            span_id, stage, start, end, ttft, _ = item
-            calls.append(call_of(span_id, stage, start, end, ttft, attributes, tools_only))
-            used.add(stage)
+        if _has_lever_keys(item[5]):  # the same spans as recorded_calls reads
+            keyed.append(item)
         else:
             others.append(item)
-    if not calls:
+    if not keyed:
         return ()
+    if samples is not None and len(samples) == len(keyed):
+        # recorded_calls gives the samples of these spans in this order (start, end, span id).
+        for item, sample in zip(sorted(keyed, key=_RAW_ORDER), samples, strict=True):
+            calls.append(_call_of_sample(item[0], sample, item[5]))
+    else:
+        for span_id, stage, start, end, ttft, attributes in keyed:
+            calls.append(call_of(span_id, stage, start, end, ttft, attributes, tools_only))
+    used = {item[1] for item in keyed}
     for span_id, stage, start, end, ttft, _ in others:
         if stage in used:
             calls.append(_untyped_call(span_id, stage, start, end, ttft))
@@ -408,15 +439,48 @@ def call_of(
     found = recorded_calls([(span_id, stage, start_ns, end_ns, first_token_ns, attributes)], tools_only)
     if not found:
         return _untyped_call(span_id, stage, start_ns, end_ns, first_token_ns)
-    (_, model, _, _, _, input_tokens, output_tokens, generation, streamed, to_tools, key, target, result) = (
-        found.samples[0]
-    )
+    return _call_of_sample(span_id, found.samples[0], attributes)
+
+
+def _call_of_sample(span_id: int, sample: Sample, attributes: Mapping[str, object]) -> Call:
+    """The :class:`Call` of a span whose :data:`Sample` is read: the facts a sample does not keep read here."""
+    (
+        stage,
+        model,
+        start_ns,
+        end_ns,
+        first_token_ns,
+        input_tokens,
+        output_tokens,
+        generation,
+        streamed,
+        to_tools,
+        key,
+        target,
+        result,
+        reasoning,
+    ) = sample
     get: Callable[[str], object] = attributes.get
     response_model: str | None = None
     provider: str | None = None
+    cached: int | None = None
+    written: int | None = None
+    level: str | None = None
     if model is not None:
         response_model = _first_text(get, CALL_KEYS.response_model)
         provider = _first_str(get, _PROVIDERS)
+        # A prompt cache serves a generation's prompt (an embedding has none).
+        if generation and input_tokens is not None and not _no_cache_keys(attributes):
+            cached = _first_count(get, CALL_KEYS.cached_input_tokens)
+            written = _first_count(get, CALL_KEYS.cache_creation_input_tokens)
+            # Each is a share of the input tokens: a count beyond them is of another kind
+            # (an API whose input count leaves the cache out), not read as a share.
+            if cached is not None and cached > input_tokens:
+                cached = None
+            if written is not None and written + (cached or 0) > input_tokens:
+                written = None
+        if reasoning is not None:  # a call that records no reasoning has no level to compare
+            level = _first_text(get, CALL_KEYS.reasoning_level)
     return Call(
         span_id,
         stage,
@@ -434,6 +498,11 @@ def call_of(
         key,
         target,
         result,
+        None,
+        reasoning,
+        cached,
+        written,
+        level,
     )
 
 

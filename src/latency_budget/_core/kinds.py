@@ -30,10 +30,10 @@ __all__ = [
 ]
 
 HintKind = Literal[
-    "sequential_calls", "iterations", "streaming", "cache", "model_choice", "context_size", "output_length"
+    "sequential_calls", "iterations", "streaming", "cache", "model_choice", "context_size", "output_length", "reasoning"
 ]
 # The levers estimated from recent calls (see _core/levers); the other two are read from the trace's shape.
-LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length"]
+LeverKind = Literal["streaming", "cache", "model_choice", "context_size", "output_length", "reasoning"]
 Saves = Literal["end_to_end", "first_token"]
 
 KindInfo = Lever  # a row of the table (its older name)

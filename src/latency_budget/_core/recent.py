@@ -294,7 +294,7 @@ class RecentCalls:
         pending: list[tuple[Sample, _Series]] | None = None  # calls whose series has fits to compare them with
         series_of = self._series
         for sample in samples:
-            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _, _ = sample
+            stage, model, _, _, _, _, _, generation, streamed, to_tools, key, _, _, _ = sample
             if key is not None:
                 maybe = True
             if model is None:
@@ -333,6 +333,9 @@ class RecentCalls:
                 return True
             rate, median_out = stats.ms_per_output_token, stats.output_p50
             if rate is not None and median_out is not None and (sample[6] or 0) > median_out:
+                return True
+            usual = stats.reasoning_p50
+            if rate is not None and usual is not None and (sample[13] or 0) > usual:
                 return True
         return False
 
@@ -458,7 +461,7 @@ class RecentCalls:
                 MAX_NAME_CHARS,
             )
         kept = _cut(model)
-        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target), sample[12])
+        return (sample[0], kept, *sample[2:11], kept if target is model else _cut(target), *sample[12:])
 
     def remember(self, samples: Sequence[Sample]) -> None:
         """Remember the identities of ``samples`` and what they returned, for later requests (the oldest go first)."""

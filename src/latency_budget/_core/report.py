@@ -109,6 +109,9 @@ class TraceReport:
     inference: InferenceSplit | None = None  # where the model calls' time went (see _core/inference.py)
     # (stage, start ns, end ns) of each span of a protected stage: the checks no lever may pass over.
     protected_spans: tuple[tuple[str, int, int], ...] = ()
+    # Why the verdict rests on part of the trace (``serve`` only, see _serve/partial.py), or None:
+    # the budget metrics leave such a report out unless told otherwise.
+    partial: str | None = None
 
     # The derived verdicts below are the definitions the root span's attributes, the CLI
     # and the testing helper all use. They run once per trace on the application's

@@ -9,7 +9,9 @@ unjudged the quiet traces that still have no root (least recently active first),
 refused whole (the sender retries it) only when those are not enough; a trace that grows
 past the spans bound is evicted, forwarded unjudged. The ids of decided traces are
 remembered (a bounded number), so a span that arrives after its trace was decided is
-forwarded as it is, never judged on part of it.
+forwarded at once, never judged on part of it: marked late (:mod:`.partial`), unless its
+trace was evicted. Each remembered trace also remembers whether it was already counted
+as partial here (:meth:`TraceBuffer.first_partial`), so that it is counted once.
 
 With a write-ahead log, each request is logged while the buffer's lock is held, after the
 bounds let it in and before any of it joins a trace: logged and taken, or neither. Each
@@ -61,6 +63,10 @@ class Decided:
     spans: list[Received]
     outcome: Outcome
     seq: int = 0  # the write-ahead log's sequence number of the last request these spans came in
+    # Late spans: whether to mark them (False: their trace was evicted), and whether their
+    # trace is counted as partial now (the first time it is found partial here).
+    mark_late: bool = False
+    count_partial: bool = False
 
 
 WriteAhead = Callable[[set[int]], "int | str"]
@@ -87,9 +93,15 @@ class TraceBuffer:
         self._clock = clock
         self._lock = threading.Lock()
         self._open: OrderedDict[int, _Open] = OrderedDict()
-        self._decided: OrderedDict[int, None] = OrderedDict()
+        # Decided trace ids -> whether counted as partial here (None: evicted, never counted or marked).
+        self._decided: OrderedDict[int, bool | None] = OrderedDict()
         self._bytes = 0
         self._spans = 0
+
+    def open_ids(self) -> list[int]:
+        """The ids of the traces held now."""
+        with self._lock:
+            return list(self._open)
 
     def held(self) -> tuple[int, int, int]:
         """Open traces, spans and bytes held now."""
@@ -153,8 +165,12 @@ class TraceBuffer:
                 self._bytes += item.size
                 self._spans += 1
                 if len(trace.spans) > limits.max_spans_per_trace:
-                    leaving.append(Decided(trace_id, self._close(trace_id), "evicted", seq))
-            leaving.extend(Decided(trace_id, items, "late", seq) for trace_id, items in late.items())
+                    leaving.append(Decided(trace_id, self._close(trace_id, evicted=True), "evicted", seq))
+            for trace_id, items in late.items():
+                counted = decided[trace_id]
+                if counted is False:
+                    decided[trace_id] = True
+                leaving.append(Decided(trace_id, items, "late", seq, counted is not None, counted is False))
         return None, leaving
 
     def _rootless_to_forward(self, traces: int, size: int, now: float) -> list[int]:
@@ -184,7 +200,7 @@ class TraceBuffer:
         with self._lock:
             decided = self._decided
             for trace_id in trace_ids:
-                decided[trace_id] = None
+                decided[trace_id] = False
             while len(decided) > self.limits.remembered_traces:
                 decided.popitem(last=False)
 
@@ -220,12 +236,20 @@ class TraceBuffer:
                 for spans in (self._close(trace_id),)
             ]
 
-    def _close(self, trace_id: int) -> list[Received]:
+    def first_partial(self, trace_id: int) -> bool:
+        """Whether the decided trace ``trace_id`` is found partial here for the first time (then: count it)."""
+        with self._lock:
+            counted = self._decided.get(trace_id, False)
+            if counted is False and trace_id in self._decided:
+                self._decided[trace_id] = True
+            return counted is False
+
+    def _close(self, trace_id: int, *, evicted: bool = False) -> list[Received]:
         trace = self._open.pop(trace_id)
         self._bytes -= trace.size
         self._spans -= len(trace.spans)
         decided = self._decided
-        decided[trace_id] = None
+        decided[trace_id] = None if evicted else False
         if len(decided) > self.limits.remembered_traces:
             decided.popitem(last=False)
         return trace.spans

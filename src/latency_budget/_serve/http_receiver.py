@@ -47,6 +47,7 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from latency_budget._serve.exposition import CONTENT_TYPE
 from latency_budget._serve.intake import Answer, Intake
 from latency_budget._serve.otlp import BadRequest, parse_json
 from latency_budget._serve.stats import Counters, EventLog
@@ -55,6 +56,7 @@ __all__ = ["HealthServer", "HttpReceiver"]
 
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
+
 _STATUS = {"ok": 200, "full": 429, "draining": 503, "bad": 400}
 HEADER_TIMEOUT_S = 10.0
 BODY_TIMEOUT_S = 30.0
@@ -338,13 +340,18 @@ class HttpReceiver:
 
 
 class HealthServer:
-    """``GET /`` and ``GET /health``: 200 and the counters while serving, 503 while draining."""
+    """``GET /`` and ``GET /health``: 200 and the counters while serving, 503 while draining.
+
+    ``GET /metrics``: the counters and gauges in Prometheus' text format (``metrics``), 200
+    while draining too, so the last of them is scraped.
+    """
 
     def __init__(
         self,
         endpoint: str,
         status: Callable[[], tuple[bool, dict[str, object]]],
         *,
+        metrics: Callable[[], str] | None = None,
         header_timeout_s: float = HEADER_TIMEOUT_S,
         counters: Counters | None = None,
         log: EventLog | None = None,
@@ -352,7 +359,11 @@ class HealthServer:
         class Handler(_Quiet):
             def do_GET(self) -> None:
                 self.server.working(self.connection)
-                if self.path.split("?", 1)[0] not in ("/", "/health"):
+                path = self.path.split("?", 1)[0]
+                if path == "/metrics" and metrics is not None:
+                    self.reply(200, metrics().encode(), CONTENT_TYPE)
+                    return
+                if path not in ("/", "/health"):
                     self.reply(404, b'{"error":"not found"}', _JSON)
                     return
                 serving, document = status()

@@ -17,7 +17,7 @@ is answered ``draining`` (retry), never acknowledged and left behind.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,6 +60,9 @@ class Intake:
         self._log = log
         self._leave = leave  # spans that leave at once: late spans, evicted traces
         self._wanted = wanted  # see decode_request
+        # Traces some of whose spans were decoded with a narrower ``wanted`` than the one in force
+        # (a reloaded budget file reads more keys): read again in full before they are judged.
+        self._stale: set[int] = set()
         self._pressure = pressure
         self._retry_after = retry_after_s
         self._gate = threading.Condition()
@@ -70,6 +73,27 @@ class Intake:
     @property
     def draining(self) -> bool:
         return self._closed
+
+    def use_wanted(self, wanted: frozenset[str] | None, held: Callable[[], Iterable[int]]) -> None:
+        """Decode with ``wanted`` from now on; when it reads more keys, the traces ``held`` now become stale.
+
+        Joins happen under the same lock, so every span decoded with the old keys is in a
+        trace that is held now or joins later with the old keys (then marked stale too).
+        """
+        with self._gate:
+            if not _covers(self._wanted, wanted):
+                self._stale.update(held())
+            self._wanted = wanted
+
+    def stale(self, trace_id: int) -> bool:
+        """Whether the trace leaving now had spans decoded with fewer keys than are wanted now (asked once)."""
+        if not self._stale:  # the common case: no reload widened the keys
+            return False
+        with self._gate:
+            if trace_id in self._stale:
+                self._stale.discard(trace_id)
+                return True
+            return False
 
     def close(self, timeout_s: float) -> None:
         """Take nothing more; wait up to ``timeout_s`` for requests in progress to be answered."""
@@ -113,9 +137,10 @@ class Intake:
 
     def _accept(self, body: bytes, protocol: str, reserved: list[int]) -> Answer:
         counters = self._counters
+        wanted = self._wanted
         try:
             spans, rejected, reason = decode_request(
-                body, wanted=self._wanted, admit=lambda cost: self._admit(cost, reserved)
+                body, wanted=wanted, admit=lambda cost: self._admit(cost, reserved)
             )
         except BadRequest as exc:  # counted as a bad request, not as one received
             return self.bad(str(exc), protocol=protocol)
@@ -134,6 +159,8 @@ class Intake:
             if self._closed:
                 counters.add("requests_refused")
                 return Answer("draining", "shutting down", retry_after_s=1.0)
+            if wanted is not self._wanted and not _covers(wanted, self._wanted):  # a reload during the decode
+                self._stale.update(item.trace_id for item in spans)
             if wal is None:
                 refused, leaving = self._buffer.add(spans)
             else:
@@ -153,6 +180,11 @@ class Intake:
         counters.add("requests_refused")
         self._log.event("refused", protocol=protocol, reason=reason)
         return Answer("full", reason, retry_after_s=self._retry_after)
+
+
+def _covers(used: frozenset[str] | None, wanted: frozenset[str] | None) -> bool:
+    """Whether spans decoded with ``used`` hold every key ``wanted`` reads (None: every key)."""
+    return used is None or (wanted is not None and wanted <= used)
 
 
 class _Full(Exception):

@@ -10,10 +10,15 @@ A trace with several parentless spans (a second service that started its own tra
 context, a gateway span exported apart) is judged as several requests: each parentless
 span on the spans under it, each with its own verdict, so none takes another's. A span
 whose parents never reach a parentless span counts with the earliest one.
+
+With ``--roots trace``, a root judged on spans one of whose parents is missing (another
+instance holds it, :mod:`.partial`) is marked ``missing_parent``: its attributes say so and
+its report's ``partial`` names the reason, which keeps it out of the budget metrics.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
 from latency_budget._replay import judge_roots
 from latency_budget._serve.otlp import Received, annotated
+from latency_budget._serve.partial import PartialReason, gaps, marks
 
 __all__ = ["Judge", "Roots", "Verdicts"]
 
@@ -45,6 +51,7 @@ class Verdicts:
     judged: int = 0
     already_annotated: int = 0
     not_requests: int = 0
+    partial: int = 0  # judged roots marked partial (missing_parent)
 
 
 class Judge:
@@ -62,14 +69,20 @@ class Judge:
         if self.roots != "trace":
             self._judge(spans, verdicts, whole=False)
             return verdicts
+        missing = gaps(spans)
         for root, members in _by_parentless_span(spans):
+            partial: PartialReason | None = None
+            if missing and any(item.span_id in missing for item in members):
+                partial = "missing_parent"
             if attr.VERDICT in root.attributes:
                 verdicts.already_annotated += 1
-            elif not self._judge(members, verdicts, whole=True):
+            elif not self._judge(members, verdicts, whole=True, partial=partial):
                 verdicts.not_requests += 1
         return verdicts
 
-    def _judge(self, spans: Sequence[Received], verdicts: Verdicts, *, whole: bool) -> bool:
+    def _judge(
+        self, spans: Sequence[Received], verdicts: Verdicts, *, whole: bool, partial: PartialReason | None = None
+    ) -> bool:
         """Judge ``spans`` (one parentless span and its spans, or a trace's local roots) into ``verdicts``."""
         found = judge_roots(
             self.config,
@@ -98,6 +111,10 @@ class Judge:
             )
             if judged.stage >= 0:  # in process the root carries its stage label from its start
                 extra = {**state.budgets.stages[judged.stage].label, **extra}
+            if partial is not None:
+                extra = {**extra, **marks(partial)}
+                report = dataclasses.replace(report, partial=partial)
+                verdicts.partial += 1
             record.encoded = annotated(record, extra, events)
             verdicts.reports.append(report)
             verdicts.judged += 1

@@ -30,6 +30,16 @@ def seconds(text: str) -> float:
     return value
 
 
+def interval_or_off(text: str) -> float | None:
+    """At least a second, or ``off``."""
+    if text.lower() == "off":
+        return None
+    value = seconds(text)
+    if value < 1:
+        raise ValueError(f"expected at least 1 second, or off, got {text!r}")
+    return value
+
+
 def count(text: str) -> int:
     """A positive whole number."""
     if not text.isdigit() or int(text) < 1:
@@ -101,14 +111,21 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("budgets", "FILE", text, None, "(required)", "the budget YAML file", "the budget file", None,
            short="-b"),
+    Option("reload-interval", "SECONDS|off", interval_or_off, 10.0, "10",
+           "check the budget file for changes this often (at least 1); off: read at the start only",
+           "how often the budget file is checked for changes; a changed file that loads is used for the traces "
+           "judged from then on, a broken one keeps the last good ([Live reload](#live-reload)); `off`: read at "
+           "the start only", None),
     Option("grpc-endpoint", "HOST:PORT", endpoint, "localhost:4317", "`localhost:4317`",
            "OTLP/gRPC listen address; port 0: any", "OTLP/gRPC; port 0 picks a free port", "grpc_endpoint"),
     Option("http-endpoint", "HOST:PORT", endpoint_or_none, "localhost:4318", "`localhost:4318`",
            "OTLP/HTTP listen address; none: off", "OTLP/HTTP `POST /v1/traces`; `none` turns it off",
            "http_endpoint"),
     Option("health-endpoint", "HOST:PORT", endpoint, "localhost:13133", "`localhost:13133`",
-           "health and counters, GET /",
-           "`GET /` or `/health`: 200 and the counters while serving, 503 while draining", "health_endpoint"),
+           "health and counters (GET /), Prometheus' text (GET /metrics)",
+           "`GET /` or `/health`: 200 and the counters while serving, 503 while draining; `GET /metrics`: the "
+           "counters and gauges in Prometheus' text format ([Logs, counters and gauges](#logs-counters-and-gauges))",
+           "health_endpoint"),
     Option("forward-endpoint", "URL", text, None, "`OTEL_EXPORTER_OTLP_ENDPOINT`",
            "the next hop, instead of OTEL_EXPORTER_OTLP_ENDPOINT", "the next hop, for traces, logs and metrics",
            None),
@@ -149,6 +166,10 @@ OPTIONS: tuple[Option, ...] = (
            "violation and hint logs and budget metrics over OTLP", None),
     Option("metric-interval", "SECONDS", seconds, 10.0, "10", "how often the budget metrics are exported",
            "how often the budget metrics are exported", None),
+    Option("partial-in-metrics", "no|yes", choice("no", "yes"), "no", "`no`",
+           "count traces judged on part of their spans in the budget metrics",
+           "`yes`: the budget metrics count traces judged on part of their spans too ([Partial "
+           "traces](#partial-traces)); their roots and violation logs are marked either way", None),
     Option("wal-dir", "DIR", text, None, "off", "write-ahead log: what is acknowledged survives a crash",
            "the write-ahead log: what `serve` acknowledged survives `kill -9` and a restart "
            "([Durability](#durability)); on in the tier's compose profile (`/wal`)", "wal.directory"),

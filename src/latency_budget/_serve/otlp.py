@@ -308,6 +308,24 @@ def decode_request(
     return received, rejected, reason
 
 
+def decode_in_full(received: Received) -> None:
+    """Give ``received`` the attributes and events a narrower ``wanted`` left out (``pairs`` -1), from its bytes.
+
+    For a budget file reloaded with rules that read keys the old one did not: the spans
+    decoded before it are read again, once, before their trace is judged.
+    """
+    if received.pairs >= 0:
+        return
+    encoded = received.encoded
+    _, start = varint(encoded, 0)
+    _, start = varint(encoded, start)
+    span = Span.FromString(encoded[start:])
+    listed = list(span.attributes)
+    received.pairs = len(listed)
+    received.attributes = attributes_of(listed[:_MAX_DECODED])
+    received.events = _events_of(span) if span.events else ()
+
+
 @functools.lru_cache(maxsize=4)
 def _key_finder(wanted: frozenset[str]) -> Callable[[bytes], object]:
     """A search for the bytes a span holds when it has an attribute of one of these keys: its ``KeyValue``'s key field.

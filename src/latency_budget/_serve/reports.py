@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
@@ -27,15 +28,30 @@ from latency_budget.export.logs import HintLogEmitter, ViolationLogEmitter
 from latency_budget.export.metrics import BudgetMetrics
 from latency_budget.export.setup import shutdown_within
 
-__all__ = ["DEFAULT_SERVICE_NAME", "open_report_sinks"]
+__all__ = ["DEFAULT_SERVICE_NAME", "Reports", "open_report_sinks"]
 
 DEFAULT_SERVICE_NAME = "latency-budget-serve"
 
 
+@dataclass(frozen=True)
+class Reports:
+    """The report sinks; how to flush and stop them within a number of seconds (True: in time); the metric bank.
+
+    The bank is pushed with the budget metrics: serve puts its own counters and gauges in it.
+    """
+
+    sinks: list[Callable[[TraceReport], object]]
+    flush: Callable[[float], bool]
+    bank: MetricBank
+
+
 def open_report_sinks(
-    target: OtlpTarget, *, metric_interval_s: float = 10.0
-) -> tuple[list[Callable[[TraceReport], object]], Callable[[float], bool]]:
-    """The report sinks, and how to flush and stop them within a number of seconds (True: in time)."""
+    target: OtlpTarget, *, metric_interval_s: float = 10.0, partial_in_metrics: bool = False
+) -> Reports:
+    """The report sinks over OTLP, by the same settings as the forwarded traces.
+
+    ``partial_in_metrics``: the budget metrics count traces judged on part of their spans too.
+    """
     resource = Resource.create({})
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: DEFAULT_SERVICE_NAME}))
@@ -50,7 +66,7 @@ def open_report_sinks(
     sinks: list[Callable[[TraceReport], object]] = [
         ViolationLogEmitter(logger_provider),
         HintLogEmitter(logger_provider),
-        BudgetMetrics(bank=bank),
+        BudgetMetrics(bank=bank, partial_traces=partial_in_metrics),
     ]
 
     def flush(timeout_s: float) -> bool:
@@ -62,4 +78,4 @@ def open_report_sinks(
         ]
         return not shutdown_within(jobs, time.monotonic() + timeout_s)
 
-    return sinks, flush
+    return Reports(sinks, flush, bank)

@@ -19,9 +19,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from latency_budget import _attributes as attr
+from latency_budget._config.errors import BudgetConfigError
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.report import TraceReport
 from latency_budget._core.wording import plural
+from latency_budget._serve import exposition
 from latency_budget._serve.assembly import Decided, Limits, TraceBuffer, settling_groups
 from latency_budget._serve.forwarder import DEFAULT_BATCH_BYTES, DEFAULT_WORKERS, FORWARD_BATCH_SPANS, Forwarder, Sender
 from latency_budget._serve.grpc_receiver import GrpcReceiver
@@ -34,9 +36,11 @@ from latency_budget._serve.http_receiver import (
 )
 from latency_budget._serve.intake import Intake
 from latency_budget._serve.judge import Judge, Roots
-from latency_budget._serve.otlp import BadRequest, decode_request
-from latency_budget._serve.stats import Counters, EventLog
+from latency_budget._serve.otlp import BadRequest, decode_in_full, decode_request
+from latency_budget._serve.partial import PartialReason, mark, mark_tops
+from latency_budget._serve.stats import Counters, EventLog, Gauge
 from latency_budget._serve.wal import Wal, WalOptions
+from latency_budget.export._bank import MetricBank
 
 __all__ = ["ServeOptions", "Server"]
 
@@ -79,7 +83,9 @@ class Server:
         flush_sinks: Callable[[float], bool] | None = None,
         log: EventLog | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metric_bank: MetricBank | None = None,
     ) -> None:
+        """``metric_bank``: where serve's own counters and gauges go out with the budget metrics (over OTLP)."""
         self.options = options
         self.counters = Counters()
         self.log = log if log is not None else EventLog()
@@ -135,10 +141,13 @@ class Server:
         self.health = HealthServer(
             options.health_endpoint,
             self._health,
+            metrics=lambda: exposition.exposition(self.metric_values()),
             header_timeout_s=options.http_header_timeout_s,
             counters=self.counters,
             log=self.log,
         )
+        if metric_bank is not None:
+            exposition.observe(metric_bank, self.metric_values)
 
     def start(self) -> dict[str, object]:
         """Start serving (after replaying the write-ahead log); the ``listening`` log line's fields."""
@@ -159,6 +168,28 @@ class Server:
         }
         self.log.event("listening", always=True, **fields)
         return fields
+
+    def reload(self, config: BudgetConfig, source: str = "") -> None:
+        """Judge with ``config`` from now on (its budget file changed), the traces held now included.
+
+        Spans already held that the old budgets had no need to decode (a rule of the new
+        file reads a key the old did not) are decoded again before their trace is judged.
+        """
+        wanted = _wanted_keys(config, self.options)
+        with self._decide_lock:  # between two traces: each is judged under one budget file
+            self._intake.use_wanted(wanted, self._buffer.open_ids)
+            self._wanted = wanted
+            self._judge.config = config
+        self.counters.add("budget_reloads")
+        self.log.event("budgets_reloaded", always=True, file=source or config.source)
+
+    def reload_failed(self, error: Exception) -> None:
+        """A changed budget file that cannot be used: the last good one stays; one line for this version."""
+        self.counters.add("budget_reloads_failed")
+        fields: dict[str, object] = {"error": str(error)}
+        if isinstance(error, BudgetConfigError):
+            fields = {"file": error.source, "line": error.line, "key": error.path, **fields}
+        self.log.event("budget_reload_failed", always=True, action="kept the last good budgets", **fields)
 
     def drain(self) -> bool:
         """Stop accepting, judge every rooted trace, forward the rest unjudged; True when all was sent in time."""
@@ -199,27 +230,53 @@ class Server:
             return f"{held} bytes held, {cost} more to decode this request (--max-bytes {limit})"
         return None
 
-    def _health(self) -> tuple[bool, dict[str, object]]:
+    def gauges(self) -> dict[Gauge, int]:
+        """What is held now, every gauge of the table (stats.METRICS), from one moment."""
         with self._moving:
-            traces, spans, held_bytes = self._buffer.held()
-            judging_bytes = self._deciding
-            queued_spans, queued_bytes = self._forwarder.held()
+            traces, spans, buffered = self._buffer.held()
+            judging = self._deciding
+            queued_spans, queued = self._forwarder.held()
+        wal = self._wal.held() if self._wal is not None else {"bytes": 0, "segments": 0}
+        return {
+            # As _pressure counts against --max-bytes.
+            "held": buffered + judging + queued + queued_spans * _QUEUED_SPAN_COST,
+            "held_limit": self.options.limits.max_bytes,
+            "open_traces": traces,
+            "open_spans": spans,
+            "buffered": buffered,
+            "judging": judging,
+            "queued_spans": queued_spans,
+            "queued": queued,
+            "wal": wal["bytes"],
+            "wal_segments": wal["segments"],
+            "http_connections": self.http.connections() if self.http is not None else 0,
+        }
+
+    def metric_values(self) -> dict[str, int]:
+        """Every counter and gauge of the table by name: what /metrics and the OTLP metrics send."""
+        values: dict[str, int] = dict(self.counters.snapshot().items())
+        values.update(self.gauges().items())
+        return values
+
+    def _health(self) -> tuple[bool, dict[str, object]]:
+        gauges = self.gauges()
+        # held: the gauges under their earlier names, for readers of the document before the gauges.
         held: dict[str, object] = {
-            "traces": traces,
-            "spans": spans,
-            "bytes": held_bytes,
-            "judging_bytes": judging_bytes,
-            "forward_queue_spans": queued_spans,
-            "forward_queue_bytes": queued_bytes,
+            "traces": gauges["open_traces"],
+            "spans": gauges["open_spans"],
+            "bytes": gauges["buffered"],
+            "judging_bytes": gauges["judging"],
+            "forward_queue_spans": gauges["queued_spans"],
+            "forward_queue_bytes": gauges["queued"],
         }
         if self._wal is not None:
             held["wal"] = self._wal.held()
         if self.http is not None:
-            held["http_connections"] = self.http.connections()
-        counters = self.counters.snapshot()
+            held["http_connections"] = gauges["http_connections"]
+        document: dict[str, object] = {"counters": self.counters.snapshot(), "gauges": gauges, "held": held}
         if self._draining:
-            return False, {"status": "draining", "counters": counters, "held": held}
-        return True, {"status": "serving", "counters": counters, "held": held}
+            return False, {"status": "draining", **document}
+        return True, {"status": "serving", **document}
 
     def _decide_loop(self) -> None:
         tick = min(0.25, max(0.005, self.options.limits.decision_wait_s / 5))
@@ -240,6 +297,7 @@ class Server:
     def _leave(self, decided: list[Decided]) -> None:
         """Late spans and evicted traces, on the receiving thread: forwarded as they are."""
         for item in decided:
+            self._intake.stale(item.trace_id)  # never judged: no longer stale
             if item.outcome == "evicted":
                 self.counters.add("traces_evicted")
                 self.counters.add("spans_evicted", len(item.spans))
@@ -251,9 +309,34 @@ class Server:
             elif item.outcome == "no_root":  # quiet and rootless, forwarded to make room (assembly.py)
                 self.counters.add("traces_forwarded_unjudged")
                 self.log.event("forwarded_unjudged", reason="rootless, to make room (--max-traces, --max-bytes)")
+                self._mark_partial(item)
             else:
                 self.counters.add("spans_late", len(item.spans))
+                self._mark_partial(item)
         self._forward(decided)
+
+    def _mark_partial(self, item: Decided) -> None:
+        """Mark and count a trace leaving unjudged on part of its spans: late spans, or (``--roots trace``) no root.
+
+        A failure to mark is logged; the spans go on as they are.
+        """
+        try:
+            if item.outcome == "late":
+                if item.mark_late:
+                    mark(item.spans, "late_spans")
+                    if item.count_partial:
+                        self._partial("late_spans", len(item.spans))
+            elif item.outcome in ("no_root", "shutdown") and self.options.roots == "trace":
+                mark_tops(item.spans, "no_root")
+                if self._buffer.first_partial(item.trace_id):
+                    self._partial("no_root", len(item.spans))
+        except Exception as exc:
+            self.log.event("internal_error", where="mark_partial", error=repr(exc)[:300])
+
+    def _partial(self, reason: PartialReason, spans: int) -> None:
+        """Count a trace found partial here (once per trace), and log it (at most a line a second)."""
+        self.counters.add("traces_partial")
+        self.log.event("trace_partial", reason=reason, spans=spans)
 
     def _decide(self, decided: list[Decided], *, judged: bool = False) -> None:
         if not decided:
@@ -263,15 +346,22 @@ class Server:
         # With --roots local a trace whose root never came still has its services' local roots.
         local = self.options.roots == "local"
         for item in decided:
+            stale = self._intake.stale(item.trace_id)  # held across a reload that reads more keys
             if item.outcome != "judge" and not local:
                 counters.add("traces_forwarded_unjudged")
+                self._mark_partial(item)
                 continue
             try:
+                if stale:
+                    for received in item.spans:
+                        decode_in_full(received)
                 verdicts = self._judge.judge(item.spans)
             except Exception as exc:  # forwarded unjudged: the worst case is a span without a verdict
                 counters.add("traces_forwarded_unjudged")
                 self.log.event("internal_error", where="judge", error=repr(exc)[:300])
                 continue
+            if verdicts.partial and self._buffer.first_partial(item.trace_id):
+                self._partial("missing_parent", len(item.spans))
             if item.outcome != "judge" and not verdicts.judged:
                 counters.add("traces_forwarded_unjudged")
             counters.add("traces_judged", verdicts.judged)

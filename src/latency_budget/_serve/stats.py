@@ -1,4 +1,13 @@
-"""The server's counters (served on the health endpoint) and its one-line JSON event log."""
+"""The server's counters and gauges, one table (:data:`METRICS`), and its one-line JSON event log.
+
+Every reader of serve's numbers reads :data:`METRICS`: the health endpoint's JSON, the
+Prometheus text on ``GET /metrics`` (:mod:`.exposition`), the OTLP metrics pushed with the
+budget metrics (:func:`.exposition.observe`) and docs/collector-tier.md's table
+(:func:`.exposition.render_doc_table`; tests/unit/test_serve_metrics.py checks each of them
+against it). A new counter is one name in :data:`Counter` and one row in :data:`METRICS`
+(the test names what is missing), then ``python -m tests.unit.test_serve_metrics`` writes
+the docs' table again.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +16,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Literal, get_args
 
-__all__ = ["COUNTERS", "Counter", "Counters", "EventLog"]
+__all__ = [
+    "COUNTERS",
+    "GAUGES",
+    "METRICS",
+    "Counter",
+    "Counters",
+    "EventLog",
+    "Gauge",
+    "MetricKind",
+    "ServeMetric",
+]
 
 Counter = Literal[
     "requests_received",
@@ -24,6 +44,7 @@ Counter = Literal[
     "traces_already_annotated",
     "traces_evicted",
     "spans_evicted",
+    "traces_partial",
     "spans_forwarded",
     "spans_dropped",
     "spans_truncated",
@@ -31,6 +52,8 @@ Counter = Literal[
     "spans_kept_in_wal",
     "forward_batches_split",
     "reports_failed",
+    "budget_reloads",
+    "budget_reloads_failed",
     "http_clients_gone",
     "http_connections_evicted",
     "wal_requests_replayed",
@@ -45,39 +68,119 @@ Counter = Literal[
     "wal_write_errors",
     "wal_segments_deleted",
 ]
-"""Every counter, each a monotonic count since the start:
+"""The counters' names, for the type checker: each is a row of :data:`METRICS`."""
 
-- ``requests_received``, ``requests_refused`` (full: the sender is told to retry),
-  ``bad_requests`` (not an OTLP trace export, too large, wrong content type);
-- ``spans_received`` (accepted), ``spans_rejected`` (bad ids, told to the sender as a
-  partial success), ``spans_late`` (arrived after their trace was decided: forwarded as they are);
-- ``traces_judged``, ``traces_not_requests`` (the root is not a request of the budget file),
-  ``traces_forwarded_unjudged`` (the root never arrived, or shutdown came first),
-  ``traces_already_annotated`` (judged in process: forwarded untouched),
-  ``traces_evicted`` and ``spans_evicted`` (a trace past ``--max-spans-per-trace``: forwarded unjudged);
-- ``spans_forwarded`` (the next hop took them), ``spans_dropped`` (the next hop refused them
-  for good, or, without a write-ahead log, the shutdown deadline came first),
-  ``spans_truncated`` (a span alone over ``--forward-batch-bytes``: its attribute values cut
-  to fit, then forwarded), ``spans_too_large`` (a span that could not be cut to fit, or that
-  the next hop refused alone as too large: dropped by rule), ``spans_kept_in_wal`` (not
-  taken by the next hop by the shutdown deadline: left in the write-ahead log for the next
-  run), ``forward_batches_split`` (requests the next hop refused as too large, sent again
-  in halves), ``reports_failed`` (a log or metric sink raised);
-- the HTTP receivers: ``http_clients_gone`` (a client reset or closed its connection
-  mid-request, or stopped reading the answer), ``http_connections_evicted`` (the connection
-  that waited longest for its request, closed at the connection limit to make room);
-- the write-ahead log (``--wal-dir``), after a restart: ``wal_requests_replayed``,
-  ``wal_spans_replayed`` and ``wal_traces_replayed`` (read back and put in the buffer again,
-  judged when due), ``wal_spans_deduplicated`` (read back but already forwarded before the
-  crash: not sent again), ``wal_records_corrupt`` and ``wal_spans_corrupt`` (damaged records skipped, and the
-  spans they held where their header survived: acknowledged, lost), ``wal_records_torn`` (a
-  segment's last record cut short: a crash's last write, never acknowledged), ``wal_spans_lost`` (read back but not
-  taken again: a span the crash lost for good); while running: ``wal_requests_refused`` (the
-  log full or failing: the sender is told to retry, also in ``requests_refused``),
-  ``wal_write_errors`` (a write or fsync failed: ENOSPC, EIO) and ``wal_segments_deleted``.
-"""
+Gauge = Literal[
+    "held",
+    "held_limit",
+    "open_traces",
+    "open_spans",
+    "buffered",
+    "judging",
+    "queued_spans",
+    "queued",
+    "wal",
+    "wal_segments",
+    "http_connections",
+]
+"""The gauges' names (what is held now), for the type checker: each is a row of :data:`METRICS`."""
+
+MetricKind = Literal["counter", "gauge"]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeMetric:
+    """One of serve's numbers: a counter (monotonic since the start) or a gauge (now)."""
+
+    name: str  # the health endpoint's key; latency_budget.serve.<name> over OTLP
+    kind: MetricKind
+    unit: str  # UCUM, as OpenTelemetry writes units: "By", "{span}"
+    description: str  # one sentence (Markdown code spans allowed): --help-like, the docs and HELP
+
+
+# fmt: off
+METRICS: tuple[ServeMetric, ...] = (
+    ServeMetric("requests_received", "counter", "{request}", "OTLP export requests received, refused ones included."),
+    ServeMetric("requests_refused", "counter", "{request}",
+                "Requests refused because serve was full or draining: the sender was told to retry."),
+    ServeMetric("bad_requests", "counter", "{request}",
+                "Requests that were not an OTLP trace export: broken, too large, a wrong content type."),
+    ServeMetric("spans_received", "counter", "{span}", "Spans accepted."),
+    ServeMetric("spans_rejected", "counter", "{span}",
+                "Spans refused for bad ids, told to the sender as a partial success."),
+    ServeMetric("spans_late", "counter", "{span}",
+                "Spans that arrived after their trace was decided: forwarded as they are."),
+    ServeMetric("traces_judged", "counter", "{trace}", "Requests judged (a trace with two roots counts twice)."),
+    ServeMetric("traces_not_requests", "counter", "{trace}",
+                "Traces whose root is not a request of the budget file: forwarded unjudged."),
+    ServeMetric("traces_forwarded_unjudged", "counter", "{trace}",
+                "Traces forwarded unjudged: the root never arrived, or room was needed, or shutdown came first."),
+    ServeMetric("traces_already_annotated", "counter", "{trace}",
+                "Traces whose root was judged in process: forwarded untouched."),
+    ServeMetric("traces_evicted", "counter", "{trace}",
+                "Traces past `--max-spans-per-trace`: forwarded unjudged."),
+    ServeMetric("spans_evicted", "counter", "{span}", "The spans of the evicted traces."),
+    ServeMetric("traces_partial", "counter", "{trace}",
+                "Traces judged or forwarded here on part of their spans (a parent missing, spans after the "
+                "decision, no root): marked, once per trace."),
+    ServeMetric("spans_forwarded", "counter", "{span}", "Spans the next hop took."),
+    ServeMetric("spans_dropped", "counter", "{span}",
+                "Spans the next hop refused for good, or, without a write-ahead log, not taken by the shutdown "
+                "deadline."),
+    ServeMetric("spans_truncated", "counter", "{span}",
+                "Spans alone over `--forward-batch-bytes`: their attribute values cut to fit, then forwarded."),
+    ServeMetric("spans_too_large", "counter", "{span}",
+                "Spans that could not be cut to fit, or that the next hop refused alone as too large: dropped by "
+                "rule."),
+    ServeMetric("spans_kept_in_wal", "counter", "{span}",
+                "Spans not taken by the next hop by the shutdown deadline: left in the write-ahead log for the "
+                "next run."),
+    ServeMetric("forward_batches_split", "counter", "{request}",
+                "Forwarded requests the next hop refused as too large, sent again in halves."),
+    ServeMetric("reports_failed", "counter", "{report}", "Reports a log or metric sink raised on."),
+    ServeMetric("budget_reloads", "counter", "{reload}",
+                "Changed budget files taken: traces judged from then on use them."),
+    ServeMetric("budget_reloads_failed", "counter", "{reload}",
+                "Changed budget files that did not load: the last good one stays."),
+    ServeMetric("http_clients_gone", "counter", "{connection}",
+                "HTTP clients that reset or closed their connection mid-request, or stopped reading the answer."),
+    ServeMetric("http_connections_evicted", "counter", "{connection}",
+                "HTTP connections closed at `--http-max-connections` to make room: the one that waited longest "
+                "for its request."),
+    ServeMetric("wal_requests_replayed", "counter", "{request}",
+                "Requests read back from the write-ahead log at start and put in the buffer again."),
+    ServeMetric("wal_spans_replayed", "counter", "{span}", "Spans read back from the write-ahead log at start."),
+    ServeMetric("wal_traces_replayed", "counter", "{trace}", "Traces read back from the write-ahead log at start."),
+    ServeMetric("wal_spans_deduplicated", "counter", "{span}",
+                "Spans read back but forwarded before the crash: not sent again."),
+    ServeMetric("wal_records_corrupt", "counter", "{record}", "Damaged records of the write-ahead log, skipped."),
+    ServeMetric("wal_spans_corrupt", "counter", "{span}",
+                "Spans in damaged records whose header survived: acknowledged, lost."),
+    ServeMetric("wal_records_torn", "counter", "{record}",
+                "Segments' last records cut short: a crash's last write, never acknowledged."),
+    ServeMetric("wal_spans_lost", "counter", "{span}",
+                "Spans read back but not taken again: a span the crash lost for good."),
+    ServeMetric("wal_requests_refused", "counter", "{request}",
+                "Requests refused because the log was full or failing (also in `requests_refused`)."),
+    ServeMetric("wal_write_errors", "counter", "{error}", "Writes or syncs of the log that failed: ENOSPC, EIO."),
+    ServeMetric("wal_segments_deleted", "counter", "{segment}", "Log segments deleted once all in them was settled."),
+    ServeMetric("held", "gauge", "By",
+                "Bytes held, as `--max-bytes` counts them: open traces, traces being judged and the forward queue."),
+    ServeMetric("held_limit", "gauge", "By", "`--max-bytes`: past it requests are refused."),
+    ServeMetric("open_traces", "gauge", "{trace}", "Open traces held, waiting to be judged."),
+    ServeMetric("open_spans", "gauge", "{span}", "Spans of the open traces."),
+    ServeMetric("buffered", "gauge", "By", "Bytes of the open traces."),
+    ServeMetric("judging", "gauge", "By", "Bytes of the traces out of the buffer, being judged."),
+    ServeMetric("queued_spans", "gauge", "{span}", "Spans waiting for the next hop, or on their way."),
+    ServeMetric("queued", "gauge", "By", "Bytes waiting for the next hop, or on their way."),
+    ServeMetric("wal", "gauge", "By", "Bytes of the write-ahead log on disk (0 without `--wal-dir`)."),
+    ServeMetric("wal_segments", "gauge", "{segment}", "Segments of the write-ahead log on disk."),
+    ServeMetric("http_connections", "gauge", "{connection}", "OTLP/HTTP connections open."),
+)
+# fmt: on
 
 COUNTERS: tuple[Counter, ...] = get_args(Counter)
+GAUGES: tuple[Gauge, ...] = get_args(Gauge)
 
 
 class Counters:

@@ -163,6 +163,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     tests: dict[tuple[HintKind, str], str] = {}
     held_back: Counter[tuple[HintKind, str]] = Counter()
     assumed: Counter[tuple[HintKind, str]] = Counter()  # sequential calls assumed independent
+    cached: Counter[tuple[HintKind, str]] = Counter()  # context trimmed after a cached prefix only
     held_back_by: dict[tuple[HintKind, str], dict[str, None]] = {}
     unweighed: Counter[tuple[HintKind, str]] = Counter()
     not_recommended: Counter[tuple[HintKind, str]] = Counter()
@@ -197,6 +198,8 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
                 continue
             per_request[key] = finding.saving_ms
             tests.setdefault(key, finding.test)
+            if finding.naive_ms is not None:
+                cached[key] += 1
             if finding.kind == "cache":
                 within[key] += finding.repeated_within
                 repeats[key] += finding.spans
@@ -233,6 +236,7 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             held_back[key],
             tuple(held_back_by.get(key, ())),
             assumed[key],
+            cached[key],
             unweighed[key],
             not_recommended[key],
             trades.get(key, ""),
@@ -290,6 +294,7 @@ def _summary(
     held_back: int = 0,
     held_back_by: tuple[str, ...] = (),
     assumed: int = 0,
+    cached: int = 0,
     unweighed: int = 0,
     not_recommended: int = 0,
     trade: str = "",
@@ -310,6 +315,7 @@ def _summary(
         repeats=repeats,
         within=within,
         assumed=assumed,
+        cached=cached,
         unweighed=unweighed,
         not_recommended=not_recommended,
     )

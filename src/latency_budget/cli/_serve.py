@@ -5,8 +5,12 @@ in capitals, ``-`` as ``_``); the option wins. Where the spans, violation logs a
 budget metrics go is the standard ``OTEL_EXPORTER_OTLP_*`` settings, or
 ``--forward-endpoint``. The server runs until SIGTERM or SIGINT, then drains within
 ``--shutdown-timeout`` and exits 0. A second SIGTERM or SIGINT while it drains is logged
-(``signal_during_drain``) and the drain goes on to its deadline; SIGHUP is logged
-(``signal_ignored``) and changes nothing: the budget file is read at the start only.
+(``signal_during_drain``) and the drain goes on to its deadline. The budget file is
+checked for changes every ``--reload-interval`` seconds (its symlinks followed each time,
+as a ConfigMap volume's update needs): a changed file that loads is used from then on
+(``budgets_reloaded``), a broken one keeps the last good (``budget_reload_failed``, naming
+its file, line and key). SIGHUP checks it at once (``reload_requested``), or, with
+``--reload-interval off``, is logged (``signal_ignored``) and changes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from latency_budget._config import BudgetConfigError, load_budgets
+from latency_budget._config import BudgetConfigError
+from latency_budget._config.reload import BudgetFileWatcher
 from latency_budget._serve.options import OPTIONS
 from latency_budget.cli._common import CliError, example_epilog, raw_help
 
@@ -58,8 +63,15 @@ def run(args: argparse.Namespace) -> int:
     budgets = values["budgets"]
     if budgets is None:
         raise CliError("serve: --budgets FILE (or LATENCY_BUDGET_SERVE_BUDGETS) is required")
+    # Loaded through the watcher, which remembers the version it loaded; its checks start with the server.
+    watcher = BudgetFileWatcher(
+        budgets,
+        lambda new: server.reload(new, budgets),
+        source=budgets,
+        on_failure=lambda error: server.reload_failed(error),  # noqa: PLW0108 - server is made below
+    )
     try:
-        config = load_budgets(budgets)
+        config = watcher.load()
     except BudgetConfigError as exc:
         raise CliError(str(exc)) from None
 
@@ -93,10 +105,22 @@ def run(args: argparse.Namespace) -> int:
 
     # The exporters log every failed attempt; the server logs the next hop going down and up once.
     logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL)
-    sinks, flush = open_report_sinks(target, metric_interval_s=metric_interval) if reports == "otlp" else ([], None)
+    sinks = (
+        open_report_sinks(
+            target, metric_interval_s=metric_interval, partial_in_metrics=values["partial-in-metrics"] == "yes"
+        )
+        if reports == "otlp"
+        else None
+    )
     try:
         server = Server(
-            config, options, open_sender(target), destination=target.describe("traces"), sinks=sinks, flush_sinks=flush
+            config,
+            options,
+            open_sender(target),
+            destination=target.describe("traces"),
+            sinks=sinks.sinks if sinks is not None else (),
+            flush_sinks=sinks.flush if sinks is not None else None,
+            metric_bank=sinks.bank if sinks is not None else None,
         )
     except WalError as exc:
         raise CliError(f"serve: {exc}") from None
@@ -114,19 +138,43 @@ def run(args: argparse.Namespace) -> int:
             later("signal_during_drain", signal=name, action="the drain goes on until --shutdown-timeout")
         stop.set()
 
+    reload_interval = values["reload-interval"]
+    hangups = threading.Event()
+
+    def answer_hangups() -> None:
+        # A thread of its own, started before the handler is set: the handler only sets an event.
+        while True:
+            hangups.wait()
+            if stop.is_set():
+                return
+            hangups.clear()
+            server.log.event("reload_requested", always=True, signal="SIGHUP", file=budgets)
+            watcher.check()
+
     def on_hangup(signum: int, _frame: object) -> None:
-        later("signal_ignored", signal="SIGHUP", reason="the budget file is read at the start only: restart to reload")
+        if reload_interval is None:
+            later("signal_ignored", signal="SIGHUP", reason="--reload-interval off: restart to reload the budget file")
+        else:
+            hangups.set()
+
+    if reload_interval is not None:
+        threading.Thread(target=answer_hangups, name="latency-budget-reload-now", daemon=True).start()
 
     handlers = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop, signal.SIGHUP: on_hangup}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         server.start()
+        if reload_interval is not None:
+            watcher.start(reload_interval)
         # Everything loaded so far (grpc, protobuf, the SDK) lives as long as the process: kept
         # out of the garbage collector's full passes, which otherwise scan it again and again.
         gc.freeze()
         stop.wait()
+        hangups.set()  # the hangup thread ends
+        watcher.stop(1.0)
         server.drain()
     finally:
+        watcher.stop(1.0)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0

@@ -24,12 +24,14 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.metrics import Counter, ObservableCounter
 from opentelemetry.sdk.metrics import Histogram as HistogramInstrument
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
+    Gauge,
     Histogram,
     HistogramDataPoint,
     Metric,
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["BankCounter", "BankHistogram", "MetricBank", "MetricPusher"]
+__all__ = ["BankCounter", "BankHistogram", "BankObserved", "MetricBank", "MetricPusher", "Observed"]
 
 # Series per instrument past which new attribute sets share one, as the SDK's default
 # cardinality limit does (the budget metrics' series are bounded by the budget file).
@@ -190,6 +192,61 @@ class BankCounter:
         return Metric(self.name, self.description, self.unit, Sum(data, temporality, is_monotonic=True))
 
 
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One number a :class:`BankObserved` reads: its key in the callback's mapping, and the metric it is sent as."""
+
+    key: str
+    name: str
+    unit: str
+    description: str
+    monotonic: bool  # a counter (a monotonic sum); else a gauge
+
+
+class BankObserved:
+    """Numbers read from one callback at each collection, as the SDK's observable counters and gauges are.
+
+    The callback is called once a collection (one consistent snapshot for every number);
+    if it raises, that collection has none of them and the error is logged once.
+    """
+
+    def __init__(self, numbers: Sequence[Observed], callback: Callable[[], Mapping[str, float]]) -> None:
+        self._numbers = tuple(numbers)
+        self._callback = callback
+        self._lock = threading.Lock()
+        self._last: dict[str, float] = {}  # each counter's value at the last delta collection
+
+    def take(
+        self, start_ns: int, delta_start_ns: int, now_ns: int, temporality: Callable[[type], AggregationTemporality]
+    ) -> list[Metric]:
+        """A metric per number; a counter in delta temporality is its increase since the last collection."""
+        try:
+            values = self._callback()
+            read = [(number, values[number.key]) for number in self._numbers]
+        except Exception as exc:  # the server's bug: logged once, the next collection tries again
+            _guard.log_once(
+                ("metric-observe", type(exc)), logging.WARNING, "latency_budget: reading metrics failed: %r", exc
+            )
+            return []
+        metrics = []
+        with self._lock:
+            for number, value in read:
+                if not number.monotonic:
+                    point = NumberDataPoint({}, start_ns, now_ns, value)
+                    metrics.append(Metric(number.name, number.description, number.unit, Gauge([point])))
+                    continue
+                chosen = temporality(ObservableCounter)
+                start, sent = start_ns, value
+                if chosen is AggregationTemporality.DELTA:
+                    start, sent = delta_start_ns, value - self._last.get(number.key, 0)
+                    self._last[number.key] = value
+                point = NumberDataPoint({}, start, now_ns, sent)
+                metrics.append(
+                    Metric(number.name, number.description, number.unit, Sum([point], chosen, is_monotonic=True))
+                )
+        return metrics
+
+
 class MetricBank:
     """The instruments of one meter (scope ``latency_budget``), collected together as ``MetricsData``."""
 
@@ -198,6 +255,7 @@ class MetricBank:
         self._temporality = temporality  # by the SDK instrument class it stands for, as a reader asks
         self._scope = InstrumentationScope("latency_budget", __version__)
         self._instruments: list[BankHistogram | BankCounter] = []
+        self._observed: list[BankObserved] = []
         self._start_ns = time.time_ns()  # cumulative series start when the bank does
         self._delta_start_ns = self._start_ns
         self._take_lock = threading.Lock()
@@ -214,6 +272,12 @@ class MetricBank:
         self._instruments.append(instrument)
         return instrument
 
+    def observe(self, numbers: Sequence[Observed], callback: Callable[[], Mapping[str, float]]) -> BankObserved:
+        """Numbers read from ``callback`` at each collection (counters and gauges), in this bank."""
+        observed = BankObserved(numbers, callback)
+        self._observed.append(observed)
+        return observed
+
     def collect(self) -> MetricsData | None:
         """Every series so far (cumulative) or since the last collection (delta); None when there is none."""
         with self._take_lock:
@@ -226,6 +290,8 @@ class MetricBank:
                 metric = instrument.take(start, now, temporality)
                 if metric is not None:
                     metrics.append(metric)
+            for observed in self._observed:
+                metrics.extend(observed.take(self._start_ns, delta_start, now, self._temporality))
         if not metrics:
             return None
         scope = ScopeMetrics(self._scope, metrics, "")

@@ -28,7 +28,8 @@ class ViolationLogEmitter:
 
     Records carry ``event_name`` (and the ``event.name`` attribute, for backends that
     predate the field) ``latency_budget.violation``, the attributes of the span event,
-    the profile, and the trace and span ids of the local root. Emitting hands the record
+    the profile (and, for a trace ``serve`` judged on part of its spans, the partial
+    attributes), and the trace and span ids of the local root. Emitting hands the record
     to the logger provider's processors (a batch processor queues it): no I/O here.
     """
 
@@ -44,6 +45,9 @@ class ViolationLogEmitter:
             attributes = violation_attributes(violation)
             attributes["event.name"] = EVENT_NAME
             attributes[attr.PROFILE] = report.profile
+            if report.partial is not None:  # serve judged it on part of its trace
+                attributes[attr.PARTIAL] = True
+                attributes[attr.PARTIAL_REASON] = report.partial
             self._logger.emit(
                 timestamp=report.end_time_ns,
                 context=context,

@@ -55,9 +55,19 @@ class BudgetMetrics:
     they are a :class:`~latency_budget.export._bank.MetricBank`'s instead, which whoever
     made it collects and exports (``latency-budget serve`` does, for a tenth of the cost
     a record); ``meter_provider`` is then not used.
+
+    A report judged on part of its trace (``report.partial``, written by ``serve`` only)
+    is left out, unless ``partial_traces``: its figures would pass for a whole request's.
     """
 
-    def __init__(self, meter_provider: MeterProvider | None = None, *, bank: MetricBank | None = None) -> None:
+    def __init__(
+        self,
+        meter_provider: MeterProvider | None = None,
+        *,
+        bank: MetricBank | None = None,
+        partial_traces: bool = False,
+    ) -> None:
+        self._partial_traces = partial_traces
         # With a bank (serve, which exports it itself), every instrument is the bank's: a record
         # there costs a tenth of an SDK one (see _bank). Otherwise the meter provider's.
         histogram: Callable[[str, str], _Histogram]
@@ -94,6 +104,8 @@ class BudgetMetrics:
         )
 
     def __call__(self, report: TraceReport) -> None:
+        if report.partial is not None and not self._partial_traces:
+            return
         profile = report.profile
         judged: list[_RequestKey] = []
         for stage in report.stages:

@@ -25,7 +25,9 @@ from chromadb.config import Settings
 from opentelemetry.instrumentation.chromadb import ChromaInstrumentor
 from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
-from ...instrumentation.fake_openai import TOOL_NAME, FakeOpenAIServer, serve
+from latency_budget._core.call_facts import call_of
+
+from ...instrumentation.fake_openai import MODEL, PROMPT_TOKENS, TOOL_NAME, FakeOpenAIServer, serve
 from ...unit.helpers import Pipeline
 from ..openai_loop import SEARCH, Agent
 from ..stacks import Outcome, budget_pipeline
@@ -153,3 +155,21 @@ def test_filling_the_collection_is_no_request_and_no_retrieval(outcome: Outcome)
         attributes = dict(span.attributes or {})
         assert "latency_budget.stage" not in attributes, span.name
         assert "latency_budget.verdict" not in attributes, span.name
+
+
+def test_cached_and_reasoning_tokens_reach_the_levers(pipe: Pipeline, fake_openai: FakeOpenAIServer) -> None:
+    """OpenLLMetry's OpenAI instrumentation records the server's cached and reasoning tokens; the levers read them."""
+    fake_openai.cached_tokens, fake_openai.reasoning_tokens = 8, 3
+    model = openai.OpenAI(base_url=fake_openai.base_url, api_key="dummy-key", max_retries=0)
+    fake_openai.served.clear()
+    try:
+        with pipe.tracer.start_as_current_span("request"):
+            model.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": QUESTION}])
+    finally:
+        fake_openai.cached_tokens = fake_openai.reasoning_tokens = None
+    assert [served.stream for served in fake_openai.served] == [False]  # the truth: one call, its usage as set
+    (chat,) = [s for s in pipe.finished() if (s.attributes or {}).get("latency_budget.stage") == "model_call"]
+    assert chat.start_time is not None
+    assert chat.end_time is not None
+    call = call_of(1, "model_call", chat.start_time, chat.end_time, None, chat.attributes or {})
+    assert (call.input_tokens, call.cached_input_tokens, call.reasoning_tokens) == (PROMPT_TOKENS, 8, 3)

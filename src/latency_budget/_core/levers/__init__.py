@@ -1,9 +1,9 @@
 """The latency levers: one module each, behind one interface (:class:`Lever`), in one table (:data:`LEVERS`).
 
 Two read a trace's shape (``sequential_calls``, ``iterations``: found by
-:func:`latency_budget._core.hints.find_hints`); five are estimated from the calls seen
+:func:`latency_budget._core.hints.find_hints`); six are estimated from the calls seen
 before, a :class:`Baseline` (:func:`request_levers`): ``streaming``, ``cache``,
-``model_choice``, ``context_size``, ``output_length``. Each module's docstring says what
+``model_choice``, ``context_size``, ``output_length``, ``reasoning``. Each module's docstring says what
 it finds and how it estimates the saving; its ``LEVER`` says what it changes, what it
 controls for, what quality evidence it needs and what it never proposes.
 

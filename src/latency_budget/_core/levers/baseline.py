@@ -78,12 +78,23 @@ class ModelStats:
     rate_calls: int
     rate_from: Literal["streamed", "fit"] | None
     context_basis: ContextBasis | None = None  # None: no call with input tokens
+    # The median reasoning tokens of the generation calls that record them (None: none do).
+    reasoning_p50: float | None = None
 
 
 # The columns summarise reads of a Call (a Sample, a tuple, is transposed by position).
 _CALL_COLUMNS = tuple(
     attrgetter(name)
-    for name in ("start_ns", "end_ns", "first_token_ns", "input_tokens", "output_tokens", "generation", "to_tools")
+    for name in (
+        "start_ns",
+        "end_ns",
+        "first_token_ns",
+        "input_tokens",
+        "output_tokens",
+        "generation",
+        "to_tools",
+        "reasoning_tokens",
+    )
 )
 
 FitName = Literal["duration", "held", "first_token", "output", "rate"]
@@ -107,16 +118,17 @@ def summarise(
     # a series' recent calls at each refresh, and a loop reading each call's fields cost
     # about 4,400 instructions per call (callgrind), the columns about a quarter of that.
     try:  # samples (the processor's) are tuples: transposed in one call
-        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _, _ = zip(
+        _, _, starts, ends, ttfts, inputs_col, outputs_col, generation_col, _, tools_col, _, _, _, reasoning_col = zip(
             *calls, strict=True
         )
     except (TypeError, ValueError):  # calls (the CLI's), or none
-        starts, ends, ttfts, inputs_col, outputs_col, generation_col, tools_col = (
+        starts, ends, ttfts, inputs_col, outputs_col, generation_col, tools_col, reasoning_col = (
             tuple(map(getter, calls)) for getter in _CALL_COLUMNS
         )
     durations = [(end - start) / 1e6 if end > start else 0.0 for start, end in zip(starts, ends, strict=True)]
     first_tokens = [ttft / 1e6 for ttft in ttfts if ttft is not None]
     inputs = [tokens for tokens in inputs_col if tokens is not None]
+    reasoning = [tokens for tokens in reasoning_col if tokens is not None]
     # Output for the user (not tool calls): what a shorter answer would shorten.
     outputs = [
         out
@@ -186,6 +198,7 @@ def summarise(
         rate_calls=rate_calls,
         rate_from=rate_from,
         context_basis=basis,
+        reasoning_p50=median(reasoning) if reasoning else None,
     )
 
 

@@ -38,6 +38,8 @@ class Finding:
     protected stage whose check follows the call, for a lever whose saving would pass
     that check (``streaming``): then ``saving_ms`` is ``None`` and ``held_back_ms`` is
     what it would save once the check could keep up (a streaming-capable check).
+    ``naive_ms`` is, for ``context_size``, the saving were no input token served from the
+    provider's prompt cache, where the cache lowered it (else ``None``).
     ``unweighed``: the lever changes answers, and no quality data was there to weigh the
     saving against (the caveat, :data:`~latency_budget._core.levers.weigh.NO_QUALITY_DATA`).
     ``trade``, for ``model_choice``: the faster model's answers were worse by more than the
@@ -60,6 +62,7 @@ class Finding:
     rests_on: str | None = None
     held_back_by: str | None = None
     held_back_ms: float | None = None
+    naive_ms: float | None = None
     unweighed: bool = False
     trade: str | None = None
 

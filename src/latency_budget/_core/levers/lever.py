@@ -25,13 +25,24 @@ __all__ = ["ANSWER_CHANGES", "Advice", "AdviceFor", "Change", "Evidence", "Lever
 
 # What a lever would do to a stage's work. A protected stage's work is never changed, by
 # any of them: ``stream`` is held back also when a protected stage's check follows the call.
-Change = Literal["stream", "cache", "swap_model", "trim_input", "shorten_output", "run_concurrently", "skip_calls"]
+Change = Literal[
+    "stream",
+    "cache",
+    "swap_model",
+    "trim_input",
+    "shorten_output",
+    "reduce_reasoning",
+    "run_concurrently",
+    "skip_calls",
+]
 # The changes that reach the answers themselves: a lever making one weighs its saving
 # against the quality evidence, and says so where there is none (levers/weigh.py). The
 # others keep the answer: a stream shows the same text sooner, a cache returns what an
 # identical call returned (its lever checks the recorded results), and concurrent calls
 # are only those found independent (their lever checks arguments and results).
-ANSWER_CHANGES: frozenset[Change] = frozenset(("swap_model", "trim_input", "shorten_output", "skip_calls"))
+ANSWER_CHANGES: frozenset[Change] = frozenset(
+    ("swap_model", "trim_input", "shorten_output", "reduce_reasoning", "skip_calls")
+)
 
 # The quality evidence a lever needs before a saving may be claimed as free of cost to the
 # answers (read from the traces by issue 46's quality reader; until then a lever says so).
@@ -55,7 +66,8 @@ class AdviceFor:
     those where it applied without an estimate, ``held_back`` those where a protected
     stage's check held its saving back;
     ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request);
-    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent.
+    ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent,
+    ``cached`` those where ``context_size`` counted only the tokens after a cached prefix.
     ``unweighed`` counts the requests where a lever that changes answers had no quality
     data to weigh its saving against, ``not_recommended`` those where the quality evidence
     spoke against it (no saving claimed).
@@ -73,6 +85,7 @@ class AdviceFor:
     repeats: int = 0
     within: int = 0
     assumed: int = 0
+    cached: int = 0
     unweighed: int = 0
     not_recommended: int = 0
 
@@ -109,7 +122,8 @@ class Lever:
     before a saving can be called free, and what it never proposes. ``needs`` names that
     evidence for the code. ``advise`` gives ``report``'s basis and advice; an estimated
     lever has ``find_in_request`` or ``find_in_stage`` (and ``keyed``: it reads only stages
-    with a call that has arguments, else only stages with a model call).
+    with a call that has arguments; ``reasoned``: only stages with a call that records
+    reasoning tokens; else only stages with a model call).
     """
 
     name: HintKind
@@ -127,6 +141,7 @@ class Lever:
     find_in_request: RequestFinder | None = None
     find_in_stage: StageFinder | None = None
     keyed: bool = False
+    reasoned: bool = False
 
     @property
     def changes_answers(self) -> bool:

@@ -69,7 +69,8 @@ def _findings(
     # Only stages with a model call or a call with arguments can have a lever: most spans of
     # most stages have neither, and a root's end should not pay for them.
     by_stage: dict[str, list[Call]] = {}
-    relevant: dict[str, tuple[bool, bool]] = {}  # stage -> (has a model call, has a call with arguments)
+    # stage -> (has a model call, has a call with arguments, has a call with reasoning tokens)
+    relevant: dict[str, tuple[bool, bool, bool]] = {}
     streamable = False
     for call in calls:
         members = by_stage.get(call.stage)
@@ -77,8 +78,12 @@ def _findings(
             members = by_stage[call.stage] = []
         members.append(call)
         if (call.model is not None or call.key is not None) and call.stage not in protected:
-            modelled, keyed = relevant.get(call.stage, (False, False))
-            relevant[call.stage] = (modelled or call.model is not None, keyed or call.key is not None)
+            modelled, keyed, reasoned = relevant.get(call.stage, (False, False, False))
+            relevant[call.stage] = (
+                modelled or call.model is not None,
+                keyed or call.key is not None,
+                reasoned or bool(call.reasoning_tokens),
+            )
             streamable = streamable or (call.generation and not call.streamed and not call.to_tools)
     if not relevant:
         return []
@@ -93,14 +98,14 @@ def _findings(
             finding = find_in_request(calls, report, baseline, limits, protected)
             if finding is not None:
                 found.append(finding)
-    for stage, (modelled, keyed) in relevant.items():
+    for stage, (modelled, keyed, reasoned) in relevant.items():
         cap = limits[stage][1] if stage in limits else 0.0
         if cap <= 0:
             continue
         members = by_stage[stage]
         stats: dict[str, ModelStats | None] = {}  # filled by the first lever that reads them
-        for find_in_stage, by_arguments in STAGE_FINDERS:
-            if (keyed if by_arguments else modelled) and (
+        for find_in_stage, by_arguments, by_reasoning in STAGE_FINDERS:
+            if (reasoned if by_reasoning else keyed if by_arguments else modelled) and (
                 finding := find_in_stage(stage, members, baseline, cap, stats, quality)
             ) is not None:
                 found.append(finding)

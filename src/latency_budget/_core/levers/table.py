@@ -18,6 +18,7 @@ from latency_budget._core.levers import (
     iterations,
     model_choice,
     output_length,
+    reasoning,
     sequential_calls,
     streaming,
 )
@@ -44,13 +45,15 @@ LEVERS: Mapping[HintKind, Lever] = _table(
     model_choice.LEVER,
     context_size.LEVER,
     output_length.LEVER,
+    reasoning.LEVER,
 )
 
 # The estimated levers' finders, in the table's order: those of the whole request, then
-# those of one stage with whether they read stages with arguments (else with a model call).
+# those of one stage with whether they read stages with arguments, and stages with reasoning
+# tokens (else with a model call).
 REQUEST_FINDERS: tuple[RequestFinder, ...] = tuple(
     lever.find_in_request for lever in LEVERS.values() if lever.find_in_request is not None
 )
-STAGE_FINDERS: tuple[tuple[StageFinder, bool], ...] = tuple(
-    (lever.find_in_stage, lever.keyed) for lever in LEVERS.values() if lever.find_in_stage is not None
+STAGE_FINDERS: tuple[tuple[StageFinder, bool, bool], ...] = tuple(
+    (lever.find_in_stage, lever.keyed, lever.reasoned) for lever in LEVERS.values() if lever.find_in_stage is not None
 )
