@@ -345,3 +345,12 @@ def test_a_guardrails_ai_validator_that_failed_blocks_the_answer_before_it() -> 
     stats = p.processor._recent.quality("model_call", "gpt-4o")
     assert stats is not None
     assert (stats.guarded, stats.blocked) == (4, 2)
+
+
+def test_the_requests_own_calls_carry_their_quality_in_its_report() -> None:
+    """In process, each model call of the judged request carries what its spans said (Call.quality)."""
+    p = pipeline(BUDGETS)
+    _send(p, 0, "gpt-4o", score=0.75, reasons=("length",), decision="deny")
+    (report,) = p.reports
+    (call,) = [c for c in report.calls if c.model == "gpt-4o"]
+    assert call.quality == CallQuality((Evaluation("correctness", 0.75, None),), False, True, True, False)

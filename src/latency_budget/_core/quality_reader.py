@@ -67,6 +67,9 @@ QUALITY_GATE: frozenset[str] = frozenset((*CALL_KEYS.model, *GUARDRAIL_KEYS))
 _FINISH_KEYS = CALL_KEYS.finish_reasons
 _QUALITY_REASONS = CUT_FINISH_REASONS | REFUSED_FINISH_REASONS
 _NO_FINISH = frozenset(_FINISH_KEYS).isdisjoint
+_FIRST_FINISH, _OTHER_FINISH = _FINISH_KEYS[0], _FINISH_KEYS[1:]
+_GUARDRAIL_KEY_LIST = tuple(GUARDRAIL_KEYS)
+_ERROR = StatusCode.ERROR
 
 
 class _Event(Protocol):
@@ -180,14 +183,21 @@ def span_quality(
     """``found`` with what one ended stage span says of quality: a guardrail's decision, or a model call's
     evaluation events, ERROR status and finish reasons (``source`` is the span, its events read by
     ``read_events``: an SDK span live, a recorded span in replay). Made when something is found."""
-    if not GUARDRAIL_KEYS.isdisjoint(attributes):
-        decision = guardrail_decision(attributes)
-        if decision is not None:
-            if found is None:
-                found = ({}, [])
-            found[1].append((start, end, decision))
-            return found
-    quality = call_quality(attributes, read_events(source), error=_errored(source))
+    get = attributes.get
+    for key in _GUARDRAIL_KEY_LIST:  # a few lookups: cheaper than a set operation on a call's attributes
+        if get(key) is not None:
+            decision = guardrail_decision(attributes)
+            if decision is not None:
+                if found is None:
+                    found = ({}, [])
+                found[1].append((start, end, decision))
+                return found
+            break
+    events = read_events(source)
+    error = _errored(source)
+    if not events and not error and _plain_finish(get):
+        return found  # the common case: a model call that says nothing of its answer
+    quality = call_quality(attributes, events, error=error)
     if quality is None:
         return found
     if found is None:
@@ -196,12 +206,20 @@ def span_quality(
     return found
 
 
-def _errored(source: object) -> bool:
+def _errored(source: Any) -> bool:
     """Whether a span's status is ERROR: an SDK span's ``status``, a recorded span's ``error``."""
-    status = getattr(source, "status", None)
-    if status is not None:
-        return getattr(status, "status_code", None) is StatusCode.ERROR
-    return getattr(source, "error", False) is True
+    try:
+        return source.status.status_code is _ERROR
+    except AttributeError:
+        return getattr(source, "error", False) is True
+
+
+def _plain_finish(get: Callable[[str], object]) -> bool:
+    """Whether the finish reasons say nothing of quality (the first spelling, a tuple, holds none of them)."""
+    reasons = get(_FIRST_FINISH)
+    if reasons is None:
+        return all(get(key) is None for key in _OTHER_FINISH)
+    return reasons.__class__ is tuple and _QUALITY_REASONS.isdisjoint(reasons)
 
 
 def response_id(attributes: Mapping[str, object]) -> str | None:
@@ -332,8 +350,8 @@ class RecordingQuality:
     records joined at the end, whichever came first.
 
     Holds a reference to each model call read (the reports hold them anyway) and the
-    evaluations of log records until :meth:`join`; ``late`` counts the log records that
-    named no call of the recording.
+    evaluations of log records until :meth:`join`; ``unjoined`` counts the results that
+    named no call of the recording (by trace and span id, or, naming no span, by response id).
     """
 
     def __init__(self) -> None:

@@ -342,8 +342,9 @@ class RecentCalls:
     def add_quality(self, calls: Sequence[Call], found: SpanQuality) -> None:
         """Count what a request's spans said of its model calls' answers (after :meth:`add` counted the calls).
 
-        Kept per series as running figures (:class:`QualityTally`: no list of calls), for the
-        stage-and-model pairs that have a series, so bounded as the series are.
+        Each call's ``quality`` is set; the figures are kept per series as running figures
+        (:class:`QualityTally`: no list of calls), for the stage-and-model pairs that have a
+        series, so bounded as the series are.
         """
         qualities, guardrails = found
         judged = judged_answers(guardrails, calls) if guardrails else {}
@@ -354,6 +355,7 @@ class RecentCalls:
             quality = joined(qualities.get(call.span_id), blocked=judged.get(call.span_id))
             if quality is None:
                 continue
+            call.quality = quality  # the request's own levers read it too (the calls are built once)
             model = _cut(model) or ""
             if model not in self._series.get(call.stage, {}):
                 continue  # past MAX_SERIES: not kept

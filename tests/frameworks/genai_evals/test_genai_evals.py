@@ -29,6 +29,10 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
 from opentelemetry.trace import SpanKind
+from opentelemetry.util.genai.evals.base import Evaluator
+from opentelemetry.util.genai.evals.registry import register_evaluator
+from opentelemetry.util.genai.handler import get_telemetry_handler
+from opentelemetry.util.genai.types import EvaluationResult, InputMessage, LLMInvocation, OutputMessage, Text
 
 from latency_budget import EvaluationLogProcessor
 from latency_budget.cli import main
@@ -64,26 +68,22 @@ class WatchedLogExporter(InMemoryLogRecordExporter):  # type: ignore[misc,valid-
             return self._exported.wait_for(lambda: len(self.get_finished_logs()) >= count, timeout_s)
 
 
+class WordList(Evaluator):  # type: ignore[misc]
+    """Toxicity as the share of a word list's hits, at most 1: deterministic, offline."""
+
+    def default_metrics(self) -> Sequence[str]:
+        return ("toxicity",)
+
+    def evaluate_llm(self, invocation: LLMInvocation) -> list[EvaluationResult]:
+        text = " ".join(p.content for m in invocation.output_messages for p in m.parts if isinstance(p, Text))
+        score = min(1.0, text.split().count(BAD_WORD) / 4)
+        TRUTH.append((invocation.request_model, score))
+        return [EvaluationResult(metric_name="toxicity", score=score, label="toxic" if score else "clean")]
+
+
 @pytest.fixture(scope="module")
 def handled() -> Iterator[tuple[SettledPipeline, WatchedLogExporter, EvaluationLogProcessor]]:
     """REQUESTS requests through the library's handler, under a budget pipeline; every evaluation emitted."""
-    from opentelemetry.util.genai.evals.base import Evaluator
-    from opentelemetry.util.genai.evals.registry import register_evaluator
-    from opentelemetry.util.genai.handler import get_telemetry_handler
-    from opentelemetry.util.genai.types import EvaluationResult, InputMessage, LLMInvocation, OutputMessage, Text
-
-    class WordList(Evaluator):  # type: ignore[misc]
-        """Toxicity as the share of a word list's hits, at most 1: deterministic, offline."""
-
-        def default_metrics(self) -> Sequence[str]:
-            return ("toxicity",)
-
-        def evaluate_llm(self, invocation: LLMInvocation) -> list[EvaluationResult]:
-            text = " ".join(p.content for m in invocation.output_messages for p in m.parts if isinstance(p, Text))
-            score = min(1.0, text.split().count(BAD_WORD) / 4)
-            TRUTH.append((invocation.request_model, score))
-            return [EvaluationResult(metric_name="toxicity", score=score, label="toxic" if score else "clean")]
-
     register_evaluator(
         "wordlist",
         lambda metrics=None, invocation_type=None, options=None: WordList(
