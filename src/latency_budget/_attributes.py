@@ -127,7 +127,7 @@ HINT_SAVINGS_MS = "latency_budget.hint.potential_savings_ms"
 HINT_SPAN_NAMES = "latency_budget.hint.span_names"  # at most 5 names, in start order
 HINT_SPAN_IDS = "latency_budget.hint.span_ids"  # the same spans' ids, hex, separated by spaces
 HINT_BASIS_COUNT = "latency_budget.hint.basis_count"  # calls an estimated lever rests on
-HINT_BASIS = "latency_budget.hint.basis"  # context_size: what its fit is of (ttft, duration_given_output, duration)
+HINT_BASIS = "latency_budget.hint.basis"  # what an estimate rests on (model_choice, cache, context_size)
 
 # The span event (and log record) for each violation.
 VIOLATION_EVENT = "latency_budget.violation"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..ci import skip_or_fail_in_ci
+from ..unit.test_lever_quality_traffic import html_page, two_models
 from .conftest import BUDGETS, OTLP, REPO, expected_reports, run_cli
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -263,3 +264,16 @@ def test_the_waterfall_names_a_first_token_breach(tmp_path: Path) -> None:
     assert "OVER BUDGET: first token +" in header.group(1)
     assert re.search(r'<tr class="over" data-kind="first_token"><td>first token</td>', waterfall)
     assert re.search(r'<tr class="" data-kind="total"><td>total</td>', waterfall)
+
+
+def test_the_latency_quality_chart_renders_with_its_front(browser: str, tmp_path: Path) -> None:
+    """Evaluated traffic, the faster model worse: Chromium draws both models on the front, joined, silently."""
+    page = tmp_path / "quality.html"
+    page.write_text(html_page(two_models((0.48, 0.68)), tmp_path), encoding="utf-8")
+    result = _render(browser, page, "--dump-dom")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert _console_messages(result.stderr) == []
+    dom = _parse(result.stdout)
+    assert dom.counts["svg.quality"] == 1
+    assert dom.counts["circle.q-front"] == 2
+    assert dom.counts["polyline.front"] == 1

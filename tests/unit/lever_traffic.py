@@ -62,12 +62,17 @@ class Traffic:
             if event.name == attr.HINT_EVENT and (event.attributes or {}).get(attr.HINT_KIND) == kind
         ]
 
-    def report(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
-        """``report --format json`` of the exported spans."""
+    def traces(self, tmp_path: Path) -> tuple[Path, Path]:
+        """The exported spans as an OTLP JSON file, and the budget file, in ``tmp_path``."""
         traces = tmp_path / "traces.jsonl"
         traces.write_text(json.dumps(encode_otlp_json(self.p.finished())) + "\n", encoding="utf-8")
         budgets = tmp_path / "budgets.yaml"
         budgets.write_text(self.budgets, encoding="utf-8")
+        return traces, budgets
+
+    def report(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+        """``report --format json`` of the exported spans."""
+        traces, budgets = self.traces(tmp_path)
         capsys.readouterr()
         assert main(["report", str(traces), "--budgets", str(budgets), "--format", "json"]) == 0
         data: dict[str, Any] = json.loads(capsys.readouterr().out)

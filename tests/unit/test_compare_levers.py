@@ -19,6 +19,7 @@ APPLIED: dict[HintKind, tuple[_Facts, _Facts]] = {
     "cache": (_Facts(keyed=100, repeats=30), _Facts(keyed=100, repeats=2)),
     "context_size": (_Facts(input_tokens=[3000] * 50), _Facts(input_tokens=[1800] * 50)),
     "output_length": (_Facts(output_tokens=[400] * 50), _Facts(output_tokens=[200] * 50)),
+    "reasoning": (_Facts(reasoning_tokens=[1200] * 50), _Facts(reasoning_tokens=[300] * 50)),
     "sequential_calls": (
         _Facts(requests=100, hinted=Counter({"sequential_calls": 30})),
         _Facts(requests=100, hinted=Counter({"sequential_calls": 3})),

@@ -17,6 +17,7 @@ import pytest
 from opentelemetry.util.types import AttributeValue
 
 from latency_budget import _attributes as attr
+from latency_budget._config.model import DEFAULT_QUALITY
 from latency_budget._core.call_facts import call_of
 from latency_budget._core.levers import RecordedBaseline
 from latency_budget._core.levers.context_size import find
@@ -98,7 +99,7 @@ def test_the_lever_reads_the_cache_in_the_other_dialects_spellings(spelling: str
     ]
     last = chat("m", stream=False, **{"gen_ai.usage.input_tokens": 8000, spelling: 6000})
     calls.append(call_of(99, "model_call", 10**15, 10**15 + 500_000_000, None, last))
-    found = find("model_call", [calls[-1]], RecordedBaseline(calls), 10_000.0, {})
+    found = find("model_call", [calls[-1]], RecordedBaseline(calls), 10_000.0, {}, DEFAULT_QUALITY)
     assert found is not None
     assert found.saving_ms == pytest.approx(100.0)
     assert found.naive_ms == pytest.approx(150.0)

@@ -16,6 +16,7 @@ import pytest
 from opentelemetry.util.types import AttributeValue
 
 from latency_budget import _attributes as attr
+from latency_budget._config.model import DEFAULT_QUALITY
 from latency_budget._core.call_facts import call_of
 from latency_budget._core.levers import LEVERS, RecordedBaseline
 from latency_budget._core.levers.reasoning import find
@@ -98,7 +99,7 @@ def test_the_lever_reads_reasoning_in_the_other_dialects_spellings(spelling: str
     last = chat("m", stream=False, **_tokens(1600, 200, spelling), **{"gen_ai.request.reasoning.level": "high"})
     calls.append(call_of(99, "model_call", 10**15, 10**15 + 3_800_000_000, None, last))
     assert calls[-1].reasoning_level == "high"
-    found = find("model_call", [calls[-1]], RecordedBaseline(calls), 100_000.0, {})
+    found = find("model_call", [calls[-1]], RecordedBaseline(calls), 100_000.0, {}, DEFAULT_QUALITY)
     assert found is not None
     assert found.saving_ms == pytest.approx(2000.0)
 

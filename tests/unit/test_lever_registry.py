@@ -22,7 +22,7 @@ from .helpers import pipeline
 from .test_lever_hints import Requests
 from .test_lever_kinds import LIMITED, SCENARIOS
 
-LEVERS_DOC = Path(__file__).resolve().parents[2] / "docs" / "levers.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_the_table_is_the_kinds_and_each_row_comes_from_its_own_module() -> None:
@@ -77,12 +77,21 @@ def test_the_html_page_shows_every_lever_with_the_tables_words(kind: HintKind) -
 
 
 def _readme_levers() -> str:
-    return LEVERS_DOC.read_text(encoding="utf-8")
+    """The README's levers section, up to the next heading."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## Where to win: the latency levers\n", 1)[1]
+    return section.split("\n## ", 1)[0]
 
 
 @pytest.mark.parametrize("kind", HINT_KINDS)
 def test_the_readme_states_each_levers_words(kind: HintKind) -> None:
-    """docs/levers.md's table has a row per lever: what it fits, controls for, needs and never proposes."""
+    """The README's levers section has a row per lever: what it fits, controls for, needs and never proposes."""
     lever = LEVERS[kind]
     row = f"| `{kind}` | {lever.fits} | {lever.controls_for} | {lever.evidence} | {lever.never} |"
     assert row in _readme_levers()
+
+
+def test_the_readme_table_has_no_row_beyond_the_levers() -> None:
+    """The table is the levers, in the table's order, and nothing else: written from LEVERS, not twice."""
+    rows = [line for line in _readme_levers().splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(LEVERS)

@@ -179,6 +179,37 @@ _NON_NEGATIVE_MISS = st.sampled_from([-1, -0.5, math.inf, "5", True, None, [5]])
 _HINTS = _pick(
     _mapping({"min_saving_ms": _pick(_NON_NEGATIVE, _NON_NEGATIVE_MISS)}), st.sampled_from([None, [], 5, "5ms"])
 )
+# The quality section: drops of 0 to 1, levels above 0 and at most 0.5, evaluations as globs or glob -> entry.
+_DROP = st.one_of(st.sampled_from([0, 1, 0.05, 0.5]), st.floats(0, 1))
+_DROP_MISS = st.sampled_from([-0.1, 1.5, 2, "0.05", True, None, math.inf])
+_LEVEL = st.one_of(st.sampled_from([0.5, 0.05, 0.01]), st.floats(1e-9, 0.5))
+_LEVEL_MISS = st.sampled_from([0, 0.0, 0.6, 1, -0.05, "5%", True, None])
+_EVALUATION = _pick(
+    _mapping(
+        {
+            "higher_is_better": _pick(st.booleans(), st.sampled_from(["yes", 1, None])),
+            "max_drop": _pick(_DROP, _DROP_MISS),
+        }
+    ),
+    st.sampled_from([None, [], True, "x"]),
+)
+_QUALITY = _pick(
+    _mapping(
+        {
+            "evaluations": _pick(
+                st.one_of(
+                    _GLOB,
+                    st.lists(_GLOB, min_size=1, max_size=3),
+                    st.dictionaries(_GLOB, _EVALUATION, min_size=1, max_size=3),
+                ),
+                st.sampled_from([{}, [], None, ""]),
+            ),
+            "max_drop": _pick(_DROP, _DROP_MISS),
+            "significance": _pick(_LEVEL, _LEVEL_MISS),
+        }
+    ),
+    st.sampled_from([None, [], 0.05, "strict"]),
+)
 _BUDGET_FIELDS = {
     "budget_ms": _pick(_POSITIVE, _POSITIVE_MISS),
     "first_token_ms": _pick(_POSITIVE, _POSITIVE_MISS),
@@ -251,6 +282,7 @@ def documents(draw: st.DrawFn) -> Any:
         ("first_token_objective", _pick(_OBJECTIVE, _OBJECTIVE_MISS)),
         ("requests", _MATCH),
         ("hints", _HINTS),
+        ("quality", _QUALITY),
     ):
         if draw(st.booleans()):
             doc[key] = draw(strategy)

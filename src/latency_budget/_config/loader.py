@@ -26,10 +26,13 @@ from latency_budget._config.matching import Conditions, GlobError, MatchRule, co
 from latency_budget._config.model import (
     DEFAULT_MIN_SAVING_MS,
     DEFAULT_PROFILE,
+    DEFAULT_QUALITY,
     BudgetConfig,
     BudgetSet,
+    EvaluationRule,
     FirstTokenSource,
     Profile,
+    QualityPolicy,
     Severity,
     StageBudget,
     StageDefinition,
@@ -63,6 +66,7 @@ _TOP_KEYS = (
     "first_token_objective",
     "hints",
     "tools",
+    "quality",
     "stages",
     "profiles",
 )
@@ -102,6 +106,8 @@ MAX_PROBLEMS = 50
 _T = TypeVar("_T")
 
 _TOOLS_KEYS = ("side_effects",)
+_QUALITY_KEYS = ("evaluations", "max_drop", "significance")
+_EVALUATION_KEYS = ("higher_is_better", "max_drop")
 
 
 def load_budgets(
@@ -281,6 +287,7 @@ class _Builder:
             ),
             min_saving_ms=self.attempt(lambda: self.hints(doc, "", DEFAULT_MIN_SAVING_MS), DEFAULT_MIN_SAVING_MS),
             side_effects=self.attempt(lambda: self.side_effects(doc), ()),
+            quality=self.attempt(lambda: self.quality(doc), DEFAULT_QUALITY),
         )
         profiles = self.profiles(doc, default)
         requests = None
@@ -333,6 +340,73 @@ class _Builder:
         return tuple(
             self.glob(name, item_line or line, f"tools.side_effects[{i}]") for i, (name, item_line) in enumerate(names)
         )
+
+    def quality(self, doc: LocatedDict) -> QualityPolicy:
+        """What levers that change answers weigh their savings against, from ``quality:``; the defaults without it."""
+        if "quality" not in doc:
+            return DEFAULT_QUALITY
+        spec = self.mapping(doc["quality"], doc.key_lines["quality"], "quality")
+        self.check_keys(spec, _QUALITY_KEYS, "quality")
+        max_drop = DEFAULT_QUALITY.max_drop
+        if "max_drop" in spec:
+            max_drop = self.attempt(
+                lambda: self.drop(spec["max_drop"], spec.key_lines["max_drop"], "quality.max_drop"), max_drop
+            )
+        significance = DEFAULT_QUALITY.significance
+        if "significance" in spec:
+            value, line = spec["significance"], spec.key_lines["significance"]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 0.5:
+                self.note(
+                    line,
+                    "quality.significance",
+                    f"expected a level above 0 and at most 0.5 (such as 0.05), got {_describe(value)}",
+                )
+            else:
+                significance = float(value)
+        evaluations = None
+        if "evaluations" in spec:
+            evaluations = self.attempt(
+                lambda: self.evaluations(spec["evaluations"], spec.key_lines["evaluations"]), None
+            )
+        return QualityPolicy(evaluations, max_drop, significance)
+
+    def drop(self, value: Any, line: int, path: str) -> float:
+        """A tolerated drop: a number of 0 or more, at most 1 (scores and rates are compared on their own scale)."""
+        drop = self.non_negative_number(value, line, path)
+        if drop > 1:
+            self.fail(line, path, f"expected a drop of 0 to 1 (absolute, on the score's scale), got {_describe(value)}")
+        return drop
+
+    def evaluations(self, value: Any, line: int) -> tuple[EvaluationRule, ...]:
+        """``quality.evaluations``: a list of globs, or a mapping of glob -> {higher_is_better, max_drop}."""
+        path = "quality.evaluations"
+        if not isinstance(value, LocatedDict):
+            return tuple(
+                EvaluationRule(name, self.glob(name, item_line or line, f"{path}[{i}]"))
+                for i, (name, item_line) in enumerate(self.string_list(value, line, path))
+            )
+        if not value:
+            self.fail(line, path, "expected at least one evaluation name or glob")
+        rules: list[EvaluationRule] = []
+        for name, body in value.items():
+            where, key_line = f"{path}.{name}", value.key_lines[name]
+
+            def one(name: str = name, body: Any = body, where: str = where, key_line: int = key_line) -> None:
+                pattern = self.glob(name, key_line, where)
+                entry = self.mapping(body, key_line, where)
+                self.check_keys(entry, _EVALUATION_KEYS, where)
+                higher = True
+                if "higher_is_better" in entry:
+                    higher = self.boolean(
+                        entry["higher_is_better"], entry.key_lines["higher_is_better"], f"{where}.higher_is_better"
+                    )
+                drop = None
+                if "max_drop" in entry:
+                    drop = self.drop(entry["max_drop"], entry.key_lines["max_drop"], f"{where}.max_drop")
+                rules.append(EvaluationRule(name, pattern, higher, drop))
+
+            self.attempt(one, None)
+        return tuple(rules)
 
     def optional_number(self, mapping: LocatedDict, key: str, path: str) -> float | None:
         if key not in mapping:
@@ -631,6 +705,7 @@ class _Builder:
             ),
             min_saving_ms=self.hints(spec, path, default.min_saving_ms),
             side_effects=default.side_effects,
+            quality=default.quality,
         )
         return Profile(name=name, when=when, budgets=budgets)
 

@@ -16,11 +16,14 @@ from latency_budget._config.matching import MatchRule, StageClassifier
 __all__ = [
     "DEFAULT_MIN_SAVING_MS",
     "DEFAULT_PROFILE",
+    "DEFAULT_QUALITY",
     "MODEL_STAGE",
     "BudgetConfig",
     "BudgetSet",
+    "EvaluationRule",
     "FirstTokenSource",
     "Profile",
+    "QualityPolicy",
     "Severity",
     "StageBudget",
     "StageDefinition",
@@ -34,6 +37,50 @@ DEFAULT_PROFILE = "default"
 MODEL_STAGE = "model_call"
 # Hints that would save less than this are not given: sub-millisecond savings are noise.
 DEFAULT_MIN_SAVING_MS = 5.0
+# A lever that changes answers claims its saving only where they are not worse by more
+# than this (absolute: on a 0-1 score, five points), shown at this one-sided level.
+DEFAULT_MAX_DROP = 0.05
+DEFAULT_SIGNIFICANCE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationRule:
+    """One entry of ``quality.evaluations``: the evaluations it names (a glob), and how they are read.
+
+    ``max_drop`` ``None``: the policy's.
+    """
+
+    glob: str
+    pattern: re.Pattern[str]
+    higher_is_better: bool = True
+    max_drop: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QualityPolicy:
+    """The budget file's ``quality`` section: what a lever that changes answers weighs its saving against.
+
+    ``evaluations`` ``None`` (no list in the file): every evaluation counts, higher is
+    better. ``max_drop`` is the absolute drop tolerated in a score, and in a rate of
+    errors, guardrail blocks or request success; ``significance`` the one-sided level at
+    which "worse by more than that" must be rejected.
+    """
+
+    evaluations: tuple[EvaluationRule, ...] | None = None
+    max_drop: float = DEFAULT_MAX_DROP
+    significance: float = DEFAULT_SIGNIFICANCE
+
+    def rule(self, name: str) -> tuple[bool, float] | None:
+        """(higher is better, tolerated drop) for the evaluation called ``name``; ``None``: it does not count."""
+        if self.evaluations is None:
+            return True, self.max_drop
+        for rule in self.evaluations:
+            if rule.pattern.match(name):
+                return rule.higher_is_better, self.max_drop if rule.max_drop is None else rule.max_drop
+        return None
+
+
+DEFAULT_QUALITY = QualityPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,12 +177,17 @@ class BudgetSet:
     min_saving_ms: float = DEFAULT_MIN_SAVING_MS  # the least a hint must save to be given
     # Tools (globs on the tool's name) that change something: never advised to run concurrently.
     side_effects: tuple[re.Pattern[str], ...] = ()
+    # What a lever that changes answers weighs its saving against (the file's ``quality``).
+    quality: QualityPolicy = DEFAULT_QUALITY
     # (stage index, the fewest calls of it that can give a hint), for stages that can:
     # lets a trace with nothing to hint (most traces) skip the hint search.
     hint_thresholds: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
     # The indexes of the protected stages, whose spans no lever reads (and their names).
     protected_indexes: frozenset[int] = field(init=False, repr=False, compare=False)
     protected_stages: frozenset[str] = field(init=False, repr=False, compare=False)
+    # (index, max_calls) of each stage with a max_calls that a lever may read: the stages
+    # whose requests' success, with few calls and with many, the iterations hint is weighed on.
+    limited: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         thresholds = []
@@ -151,6 +203,12 @@ class BudgetSet:
         protected = {index: budget.name for index, budget in enumerate(self.stages) if budget.protected}
         object.__setattr__(self, "protected_indexes", frozenset(protected))
         object.__setattr__(self, "protected_stages", frozenset(protected.values()))
+        limited = tuple(
+            (index, budget.max_calls)
+            for index, budget in enumerate(self.stages)
+            if budget.max_calls is not None and not budget.protected
+        )
+        object.__setattr__(self, "limited", limited)
 
     def stage(self, name: str) -> StageBudget:
         """The budget of the stage called ``name`` (``KeyError`` when unknown)."""

@@ -19,7 +19,7 @@ from latency_budget._core.report import TOTAL, StageReport, TraceReport, Violati
 __all__ = ["LeverHints", "StageMeasurement", "busy_length", "evaluate", "union_length"]
 
 # The latency levers' estimate for one request: its calls and its judged report in, the
-# hints out (see evaluate).
+# report's hints as the levers leave them out (see evaluate).
 LeverHints = Callable[[Sequence[Call], TraceReport], tuple[Hint, ...]]
 
 
@@ -71,7 +71,9 @@ def evaluate(
     ``hints.min_saving_ms`` held back) and ``calls`` (the request's stage calls, for the
     latency levers) are passed through to the report, as ``protected_spans`` (the spans
     of protected stages, which the levers must not pass over). ``levers``, given the calls and the
-    judged report, returns the lever hints, which follow ``hints``. ``inference`` (where
+    judged report, returns the report's hints as the levers leave them: ``hints`` itself
+    (nothing to change), or ``hints`` with the lever hints after them, less any hint of the
+    trace's shape the quality evidence speaks against (fewer loops that succeed less). ``inference`` (where
     the model calls' time went) is passed through too. This is the one
     builder of a report: nothing assigns to one after it returns.
     """
@@ -163,7 +165,7 @@ def evaluate(
     # The levers read the judged report (stage times, first token); the report they give
     # hints for is a copy (rare: most requests have no lever), built by position.
     lever_hints = levers(calls, report)
-    if not lever_hints:
+    if lever_hints is report.hints:
         return report
     return TraceReport(
         report.profile,
@@ -174,7 +176,7 @@ def evaluate(
         report.first_token_ms,
         report.first_token_budget_ms,
         report.unattributed_ms,
-        report.hints + lever_hints,
+        lever_hints,
         report.trace_id,
         report.span_id,
         report.root_name,

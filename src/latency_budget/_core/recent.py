@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from latency_budget import _guard
-from latency_budget._config.model import BudgetSet
+from latency_budget._config.model import BudgetSet, QualityPolicy
 from latency_budget._core.call_facts import Call, RecordedCalls, Sample, sample_of
 from latency_budget._core.estimators import z_for
 from latency_budget._core.hints import NAMED_SPANS, Hint
@@ -43,7 +43,8 @@ from latency_budget._core.levers import (
     request_levers,
     summarise,
 )
-from latency_budget._core.quality import Evaluation, QualityStats
+from latency_budget._core.levers.weigh import Outcome, outcome_of, weigh_groups
+from latency_budget._core.quality import Evaluation, QualityStats, Scores
 from latency_budget._core.quality_reader import QualityTally, SpanQuality, joined, judged_answers, response_id
 from latency_budget._core.report import TraceReport
 
@@ -172,6 +173,8 @@ class RecentCalls:
         self._on_error = on_error  # told of an estimate that failed (lever_hints never raises)
         # (stage, model) -> what the calls' spans said of their answers (add_quality), per series.
         self._quality: dict[tuple[str, str], QualityTally] = {}
+        # stage -> the success of requests within its max_calls and past it (add_loops).
+        self._loops: dict[str, _LoopTally] = {}
         # Evaluation log records (EvaluationLogProcessor), when joined: the recent model calls by
         # (trace id, span id) and by response id (at most MAX_KEYS each, the oldest go first),
         # and the results that came before their call's request ended (at most MAX_PENDING).
@@ -189,16 +192,23 @@ class RecentCalls:
         report: TraceReport,
         quality: SpanQuality | None = None,
     ) -> tuple[Hint, ...]:
-        """Remember ``calls`` (a request's, see ``RecordedCalls``); a hint per lever recent calls give an estimate for.
+        """Remember ``calls`` (a request's, see ``RecordedCalls``); the report's hints with one more per lever
+        recent calls give an estimate for.
 
         ``names`` (span id -> name) names the spans of each hint, as for the other hints;
         ``budgets`` (the request's profile) gives ``hints.min_saving_ms``; ``report`` is
         the request's judged report. Bound to a root with ``partial``, this is the
         ``levers`` that ``evaluate`` calls, one Python frame (under callgrind a call through
-        ``partial`` is about 800 instructions, at every root's end). It never raises: an estimate
-        that fails goes to ``on_error`` and gives no hint, and the verdict stands.
+        ``partial`` is about 800 instructions, at every root's end). It returns
+        ``report.hints`` itself when it changes nothing. An ``iterations`` hint is left out
+        where the recent requests within the stage's ``max_calls`` are shown to succeed
+        less than those past it (:meth:`add_loops`). It never raises: an estimate that
+        fails goes to ``on_error`` and gives no hint, and the verdict stands.
         """
+        shape = report.hints
         try:
+            if budgets.limited:  # stages with a max_calls: this request's success, by its loops
+                shape = self.add_loops(budgets, report, quality)
             # A processor's calls are read from the spans only when request_levers needs them.
             samples = calls.samples if type(calls) is RecordedCalls else [sample_of(c) for c in calls]
             maybe = self.add(samples)  # this trace's own calls count too (none: False)
@@ -207,14 +217,19 @@ class RecentCalls:
             if self._joins and samples:  # evaluation log records may name these calls
                 self._known(report.trace_id or 0, calls)
             if not maybe:
-                return ()  # and none has an identity to remember (add says True for any)
+                return shape  # and none has an identity to remember (add says True for any)
             findings = request_levers(
-                calls, report, self, min_saving_ms=budgets.min_saving_ms, protected=budgets.protected_stages
+                calls,
+                report,
+                self,
+                min_saving_ms=budgets.min_saving_ms,
+                protected=budgets.protected_stages,
+                quality=budgets.quality,
             )
             self.remember(samples)  # after: "an earlier request" is strictly earlier
             if not findings:
-                return ()
-            return tuple(
+                return shape
+            found = tuple(
                 Hint(
                     f.kind,
                     f.stage,
@@ -228,10 +243,45 @@ class RecentCalls:
                 for f in findings
                 if f.saving_ms is not None and f.saving_ms > 0
             )
+            return shape + found if found else shape
         except Exception as exc:
             if self._on_error is not None:
                 self._on_error(exc)
-            return ()
+            return report.hints
+
+    def add_loops(self, budgets: BudgetSet, report: TraceReport, quality: SpanQuality | None) -> tuple[Hint, ...]:
+        """Count the request's success with its stages' calls within ``max_calls`` or past it; its hints, less an
+        ``iterations`` hint that the requests within the limit, shown to succeed less, speak against.
+
+        Success is what the spans said at the root's end (``quality``): no call in error,
+        refused or blocked by a guardrail; running counts per stage since the start, with
+        each evaluation's per-request mean (at most :data:`MAX_LOOP_EVALUATIONS` names).
+        """
+        outcome: Outcome | None = None
+        stages = report.stages
+        for index, limit in budgets.limited:
+            if index >= len(stages):
+                continue
+            stage = stages[index]
+            if not stage.count:
+                continue
+            if outcome is None:
+                outcome = _outcome_of(quality)
+            tally = self._loops.get(stage.stage)
+            if tally is None:
+                tally = self._loops.setdefault(stage.stage, _LoopTally())
+            tally.add(outcome, past=stage.count > limit)
+        hints = report.hints
+        if not any(hint.kind == "iterations" for hint in hints):
+            return hints
+        kept = tuple(
+            hint
+            for hint in hints
+            if hint.kind != "iterations"
+            or (tally := self._loops.get(hint.stage)) is None
+            or not tally.speaks_against(budgets.quality)
+        )
+        return kept if len(kept) < len(hints) else hints
 
     def add(self, samples: Sequence[Sample]) -> bool:
         """Remember the model calls among ``samples`` (``sample_of`` makes one of a ``Call``).
@@ -456,6 +506,54 @@ class RecentCalls:
         if tally is None or series is None:
             return None
         return tally.stats(calls=series.added)
+
+
+MAX_LOOP_EVALUATIONS = 8  # evaluation names whose per-request scores a stage's loop tally keeps
+
+
+class _LoopTally:
+    """Requests of one stage within its ``max_calls`` (``fewer``) and past it (``more``): succeeded, of, scores."""
+
+    __slots__ = ("evidence", "fewer", "fewer_scores", "more", "more_scores")
+
+    def __init__(self) -> None:
+        self.fewer = [0, 0]
+        self.more = [0, 0]
+        self.fewer_scores: dict[str, Scores] = {}
+        self.more_scores: dict[str, Scores] = {}
+        self.evidence = False
+
+    def add(self, outcome: Outcome, *, past: bool) -> None:
+        counts, scores = (self.more, self.more_scores) if past else (self.fewer, self.fewer_scores)
+        counts[0] += outcome.succeeded
+        counts[1] += 1
+        if outcome.evidence:
+            self.evidence = True
+        for name, value in outcome.scores:
+            found = scores.get(name)
+            if found is None:
+                if len(scores) >= MAX_LOOP_EVALUATIONS:
+                    continue
+                found = Scores()
+            scores[name] = found.add(value)
+
+    def speaks_against(self, policy: QualityPolicy) -> bool:
+        """Whether the requests within the limit are not shown to succeed as often (compared, and failed)."""
+        weighed = weigh_groups(
+            (self.fewer[0], self.fewer[1]), (self.more[0], self.more[1]), self.fewer_scores, self.more_scores, policy
+        )
+        return weighed.known and not weighed.passed
+
+
+def _outcome_of(quality: SpanQuality | None) -> Outcome:
+    """A request's outcome from what its spans said at the root's end."""
+    if quality is None:
+        return _SUCCEEDED
+    qualities, guardrails = quality
+    return outcome_of(qualities.values(), guardrails=(flagged for _, _, flagged in guardrails))
+
+
+_SUCCEEDED = Outcome(True)
 
 
 def _cut(name: str | None) -> str | None:

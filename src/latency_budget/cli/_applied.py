@@ -56,6 +56,7 @@ class _Facts:
     repeats: int = 0  # keyed calls identical to an earlier one
     input_tokens: list[int] = field(default_factory=list)
     output_tokens: list[int] = field(default_factory=list)
+    reasoning_tokens: list[int] = field(default_factory=list)
     hinted: Counter[HintKind] = field(default_factory=Counter)  # requests with a hint of the shape, by kind
 
 
@@ -80,6 +81,8 @@ def _facts(reports: Sequence[TraceReport]) -> dict[str, _Facts]:
                 facts.input_tokens.append(call.input_tokens)
             if call.output_tokens is not None and call.generation:
                 facts.output_tokens.append(call.output_tokens)
+            if call.reasoning_tokens is not None and call.generation:
+                facts.reasoning_tokens.append(call.reasoning_tokens)
         for kind, stage_name in {(hint.kind, hint.stage) for hint in report.hints}:
             by_stage.setdefault(stage_name, _Facts()).hinted[kind] += 1
     return by_stage
@@ -123,14 +126,16 @@ def _shows(kind: HintKind, before: _Facts, after: _Facts) -> str | None:
             if _moved_down(one, two, MIN_SHIFT) and one is not None and two is not None:
                 return f"calls identical to an earlier one: {_percent(one)} → {_percent(two)}"
             return None
-        case "context_size" | "output_length":
-            tokens_one = before.input_tokens if kind == "context_size" else before.output_tokens
-            tokens_two = after.input_tokens if kind == "context_size" else after.output_tokens
+        case "context_size" | "output_length" | "reasoning":
+            what, tokens_one, tokens_two = {
+                "context_size": ("input", before.input_tokens, after.input_tokens),
+                "output_length": ("output", before.output_tokens, after.output_tokens),
+                "reasoning": ("reasoning", before.reasoning_tokens, after.reasoning_tokens),
+            }[kind]
             if not tokens_one or not tokens_two:
                 return None
             one, two = median(tokens_one), median(tokens_two)
             if one > 0 and (one - two) / one >= MIN_TOKENS_CUT:
-                what = "input" if kind == "context_size" else "output"
                 return f"median {what} tokens: {one:,.0f} → {two:,.0f}"
             return None
         case "sequential_calls" | "iterations":

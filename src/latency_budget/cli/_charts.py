@@ -79,9 +79,13 @@ def where_section(levers: LeverAnalysis) -> str:
             requests = (
                 f"held back by {', '.join(lever.held_back_by)} ({lever.held_back})"
                 if lever.held_back and not lever.unestimated
+                else f"not recommended ({lever.not_recommended})"
+                if lever.not_recommended and not lever.unestimated
                 else f"none estimated ({lever.unestimated})"
             )
         basis = f" Based on {lever.basis}." if lever.basis else ""
+        if lever.quality:
+            basis += f" Quality: {lever.quality}."
         rows.append(
             f'<tr data-lever="{escape(lever.kind)}"><td title="{escape(_controls_for(lever.kind))}">'
             f"{escape(lever.kind)}</td><td>{escape(lever.stage)}</td>"

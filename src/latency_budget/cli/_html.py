@@ -23,6 +23,7 @@ from latency_budget.cli._stats import StageSummary
 
 from ._charts import LEVER_CSS, context_section, escape, models_section, nice_ceiling, svg_ticks, where_section
 from ._levers import LeverAnalysis
+from ._quality_chart import QUALITY_CSS, quality_section
 from ._recorded import Recorded
 from ._summary import QUANTILES, SummaryRow, format_rate, stage_rows
 
@@ -134,7 +135,7 @@ def render_html(recorded: Recorded, levers: LeverAnalysis) -> str:
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Latency budget report</title>
-<style>{_CSS}{LEVER_CSS}</style>
+<style>{_CSS}{LEVER_CSS}{QUALITY_CSS}</style>
 </head>
 <body>
 <header>
@@ -156,6 +157,11 @@ per request where it applies; levers overlap, so their savings do not add up.</p
 <p class="sub">Call durations per model: the bar runs to p50, the whisker to p95, the tick marks p99; the orange dot is
 the median time to first token of streamed calls.</p>
 {models_section(levers)}
+<h2>Latency against quality</h2>
+<p class="sub">Per stage, each model's median call duration against its answers' quality (the evaluation that counts
+under the budget file's quality section and that most models have, else the share a guardrail passed); green points
+are the Pareto front, the models no other model beats on both, joined by the dashed line.</p>
+{quality_section(levers)}
 <h2>Context size</h2>
 <p class="sub">Each call's duration (blue) and time to first token (orange, streamed calls) against its
 gen_ai.usage.input_tokens; a line is drawn only where a Theil-Sen fit is supported (enough calls and sizes, a slope

@@ -5,7 +5,9 @@ The estimates rest on the whole recording (a
 the recent calls the live processor remembers, so a report over many requests is as
 well founded as the data allows. Requests are looked at in start order, so the cache
 lever counts a call as repeated only when an identical one came before it. Sequential
-calls and iterations come from each report's own hints.
+calls and iterations come from each report's own hints; an iterations saving is claimed
+only where the requests of the stage that kept within ``max_calls`` succeeded as often
+as those that made more calls (:func:`~latency_budget._core.levers.weigh.weigh_outcomes`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from latency_budget._config import BudgetConfig
-from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS, DEFAULT_QUALITY, QualityPolicy
 from latency_budget._core.estimators import Fit, fit_or_reason
 from latency_budget._core.kinds import KINDS, SHAPE_KINDS, HintKind, Saves
 from latency_budget._core.levers import AdviceFor, Finding, RecordedBaseline, fit_caption, request_levers
+from latency_budget._core.levers.weigh import Outcome, outcome_of, quality_caveat, weigh_outcomes
 from latency_budget._core.quality import QualityStats
 from latency_budget._core.report import TraceReport
 from latency_budget.cli._stats import percentile
@@ -37,6 +40,10 @@ class LeverSummary:
     ``saves`` says whose time it saves: the whole request's, or its first token's.
     ``held_back`` counts the requests where it would have saved time but a protected
     stage's check (``held_back_by``) followed: no saving is claimed there.
+    ``not_recommended`` counts the requests where the quality evidence spoke against the
+    change (a faster model with worse answers, fewer loops with less success); ``quality``
+    says, for people, that trade, or that no quality data existed to weigh the saving
+    against (empty: weighed, or a lever that keeps the answers).
     """
 
     kind: HintKind
@@ -52,6 +59,8 @@ class LeverSummary:
     # Requests where a protected stage's check held the saving back (streaming ahead of it), and those stages.
     held_back: int = 0
     held_back_by: tuple[str, ...] = ()
+    not_recommended: int = 0
+    quality: str = ""
 
     @property
     def requests(self) -> int:
@@ -135,6 +144,7 @@ class LeverAnalysis:
     models: tuple[ModelRow, ...]
     contexts: tuple[ContextRow, ...]
     left_out: int = 0
+    policy: QualityPolicy = DEFAULT_QUALITY  # the budget file's quality section (which evaluations count)
 
 
 def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None = None) -> LeverAnalysis:
@@ -155,19 +165,30 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
     assumed: Counter[tuple[HintKind, str]] = Counter()  # sequential calls assumed independent
     cached: Counter[tuple[HintKind, str]] = Counter()  # context trimmed after a cached prefix only
     held_back_by: dict[tuple[HintKind, str], dict[str, None]] = {}
+    unweighed: Counter[tuple[HintKind, str]] = Counter()
+    not_recommended: Counter[tuple[HintKind, str]] = Counter()
+    trades: dict[tuple[HintKind, str], str] = {}
+    # Per stage with max_calls: the outcomes of requests within it and of those past it.
+    loops: dict[str, tuple[list[Outcome], list[Outcome]]] = {}
     left_out: list[Finding] = []
-    thresholds: dict[str, tuple[float, frozenset[str] | None]] = {}
+    thresholds: dict[str, tuple[float, frozenset[str] | None, QualityPolicy]] = {}
     for report in ordered:
         per_request: dict[tuple[HintKind, str], float] = {}
         found = thresholds.get(report.profile)
         if found is None:
             found = thresholds[report.profile] = _threshold(config, report.profile)
-        least, protected = found
+        least, protected, policy = found
+        _add_loops(loops, report)
         for finding in request_levers(
-            report.calls, report, baseline, min_saving_ms=least, left_out=left_out, protected=protected
+            report.calls, report, baseline, min_saving_ms=least, left_out=left_out, protected=protected, quality=policy
         ):
             key: tuple[HintKind, str] = (finding.kind, finding.stage)
             targets.setdefault(key, Counter()).update(_people(finding))
+            if finding.trade is not None:
+                not_recommended[key] += 1
+                trades.setdefault(key, finding.trade)
+                continue
+            unweighed[key] += finding.unweighed
             if finding.held_back_by is not None:
                 held_back[key] += 1
                 held_back_by.setdefault(key, {})[finding.held_back_by] = None
@@ -191,7 +212,16 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
         for key, value in per_request.items():
             savings.setdefault(key, []).append(value)
         baseline.remember(report.calls)
-    keys = set(savings) | set(unestimated) | set(held_back)
+    policy = config.default.quality if config is not None else DEFAULT_QUALITY
+    for key in [key for key in savings if key[0] == "iterations"]:
+        fewer, more = loops.get(key[1], ([], []))
+        weighed = weigh_outcomes(fewer, more, policy)
+        if weighed.known and not weighed.passed:  # fewer loops succeeded less: no saving claimed
+            not_recommended[key] = len(savings.pop(key))
+            trades[key] = f"fewer loops: {weighed.words(failed_only=True)}: no saving claimed"
+        elif not weighed.known or not any(outcome.evidence for outcome in (*fewer, *more)):
+            unweighed[key] = len(savings[key])  # errors alone, or nothing to compare: the caveat
+    keys = set(savings) | set(unestimated) | set(held_back) | set(not_recommended)
     levers = [
         _summary(
             key,
@@ -207,6 +237,9 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
             tuple(held_back_by.get(key, ())),
             assumed[key],
             cached[key],
+            unweighed[key],
+            not_recommended[key],
+            trades.get(key, ""),
         )
         for key in keys
     ]
@@ -217,18 +250,30 @@ def analyse_levers(reports: Sequence[TraceReport], config: BudgetConfig | None =
         tuple(_model_rows(baseline)),
         tuple(_context_rows(baseline)),
         len(left_out) + sum(report.hints_left_out for report in ordered),
+        policy,
     )
 
 
-def _threshold(config: BudgetConfig | None, profile: str) -> tuple[float, frozenset[str] | None]:
-    """A profile's ``hints.min_saving_ms`` and protected stages (``None``: those of each report's spans)."""
+def _threshold(config: BudgetConfig | None, profile: str) -> tuple[float, frozenset[str] | None, QualityPolicy]:
+    """A profile's ``hints.min_saving_ms``, protected stages (``None``: those of each report's spans) and quality."""
     if config is None:
-        return DEFAULT_MIN_SAVING_MS, None
+        return DEFAULT_MIN_SAVING_MS, None, DEFAULT_QUALITY
     try:
         budgets = config.budgets_by_profile(profile)
     except KeyError:  # a report of a profile the file no longer has
         budgets = config.default
-    return budgets.min_saving_ms, budgets.protected_stages
+    return budgets.min_saving_ms, budgets.protected_stages, budgets.quality
+
+
+def _add_loops(loops: dict[str, tuple[list[Outcome], list[Outcome]]], report: TraceReport) -> None:
+    """The request's outcome, with the requests within each stage's ``max_calls`` or past it."""
+    limited = [stage for stage in report.stages if stage.max_calls is not None and stage.count > 0]
+    if not limited:
+        return
+    outcome = outcome_of(call.quality for call in report.calls)
+    for stage in limited:
+        within, over = loops.setdefault(stage.stage, ([], []))
+        (over if stage.count > (stage.max_calls or 0) else within).append(outcome)
 
 
 def _people(finding: Finding) -> list[str]:
@@ -250,6 +295,9 @@ def _summary(
     held_back_by: tuple[str, ...] = (),
     assumed: int = 0,
     cached: int = 0,
+    unweighed: int = 0,
+    not_recommended: int = 0,
+    trade: str = "",
 ) -> LeverSummary:
     kind, stage = key
     main = targets[0] if targets else None
@@ -268,8 +316,14 @@ def _summary(
         within=within,
         assumed=assumed,
         cached=cached,
+        unweighed=unweighed,
+        not_recommended=not_recommended,
     )
     basis, advice = lever.advise(given)
+    quality = trade
+    if unweighed:
+        caveat = quality_caveat(unweighed, len(savings))
+        quality = f"{quality}; {caveat}" if quality else caveat
     return LeverSummary(
         kind,
         stage,
@@ -283,6 +337,8 @@ def _summary(
         test,
         held_back,
         held_back_by,
+        not_recommended,
+        quality,
     )
 
 

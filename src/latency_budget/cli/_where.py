@@ -52,6 +52,8 @@ def _lever_cells(lever: LeverSummary) -> list[str]:
 
 
 def _no_saving(lever: LeverSummary) -> str:
+    if lever.not_recommended and not lever.unestimated and not lever.held_back:
+        return f"- ({lever.not_recommended} not recommended)"
     if lever.held_back and not lever.unestimated:
         return f"- ({lever.held_back} held back by {', '.join(lever.held_back_by)})"
     return f"- ({lever.unestimated} without estimate)"
@@ -71,7 +73,8 @@ def _advice(n: int, lever: LeverSummary, *, markdown: bool = False) -> str:
     """One numbered line; names from the traces in it are shown as terminal or Markdown text."""
     basis = f" Based on {lever.basis}." if lever.basis else ""
     test = f" Passed: {lever.test}." if lever.test else ""
-    text = f"{lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}{test}"
+    quality = f" Quality: {lever.quality}." if lever.quality else ""
+    text = f"{lever.kind}, {lever.stage}: {lever.advice[:1].upper()}{lever.advice[1:]}.{basis}{test}{quality}"
     return f"{n}. {markdown_text(text) if markdown else terminal_text(text)}"
 
 
@@ -284,6 +287,9 @@ def levers_json(analysis: LeverAnalysis) -> dict[str, Any]:
                 "try": lever.advice,
                 # Only where a protected stage's check held a saving back (streaming ahead of it).
                 **({"held_back": lever.held_back, "held_back_by": list(lever.held_back_by)} if lever.held_back else {}),
+                # Only for a lever that changes answers: the trade that stopped it, or the caveat.
+                **({"quality": lever.quality} if lever.quality else {}),
+                **({"not_recommended": lever.not_recommended} if lever.not_recommended else {}),
             }
             for lever in analysis.levers
         ],

@@ -20,6 +20,7 @@ from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from ..wording import plural
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
 
@@ -31,7 +32,12 @@ CACHE_ASSUMED = "results_not_recorded"  # ... some not recorded: identical resul
 
 
 def find(
-    stage: str, members: Sequence[Call], baseline: Baseline, cap: float, stats: dict[str, ModelStats | None]
+    stage: str,
+    members: Sequence[Call],
+    baseline: Baseline,
+    cap: float,
+    stats: dict[str, ModelStats | None],
+    policy: QualityPolicy,
 ) -> Finding | None:
     """The cache lever in one stage: calls identical to an earlier one, here or in an earlier request."""
     # What each identity returned, here and in earlier requests: a call whose identical

@@ -41,6 +41,7 @@ from latency_budget._core.report import format_ms
 from ..wording import plural
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ContextBasis, ModelStats
 
@@ -48,7 +49,12 @@ __all__ = ["LEVER", "find"]
 
 
 def find(
-    stage: str, members: Sequence[Call], baseline: Baseline, cap: float, stats: dict[str, ModelStats | None]
+    stage: str,
+    members: Sequence[Call],
+    baseline: Baseline,
+    cap: float,
+    stats: dict[str, ModelStats | None],
+    policy: QualityPolicy,
 ) -> Finding | None:
     """The context lever in one stage: its calls' input beyond their model's median, at the fitted cost."""
     stage_stats(stats, baseline, stage, members)
@@ -145,7 +151,7 @@ LEVER = Lever(
     "with output tokens held fixed: a longer input that brings a longer answer is not counted as prefill; where "
     "the provider served a prefix of the prompt from its prompt cache, only the tokens after it are trimmed "
     "(trimming into it would lose the cache hit)",
-    evidence="evaluation scores of calls with trimmed and full contexts",
+    evidence="evaluation scores of calls with trimmed and full contexts; with no quality data, it says so",
     never="trimming a protected stage's input",
     needs=("evaluation_scores",),
     advise=advise,

@@ -40,6 +40,11 @@ class Finding:
     what it would save once the check could keep up (a streaming-capable check).
     ``naive_ms`` is, for ``context_size``, the saving were no input token served from the
     provider's prompt cache, where the cache lowered it (else ``None``).
+    ``unweighed``: the lever changes answers, and no quality data was there to weigh the
+    saving against (the caveat, :data:`~latency_budget._core.levers.weigh.NO_QUALITY_DATA`).
+    ``trade``, for ``model_choice``: the faster model's answers were worse by more than the
+    budget file's tolerance, so it is not recommended (``saving_ms`` ``None``): the trade in
+    words ("saves 400ms p50; correctness 0.58 vs 0.91, n 120/118: not recommended").
     """
 
     kind: LeverKind
@@ -58,6 +63,8 @@ class Finding:
     held_back_by: str | None = None
     held_back_ms: float | None = None
     naive_ms: float | None = None
+    unweighed: bool = False
+    trade: str | None = None
 
 
 def intervals_of(members: Sequence[Call]) -> list[tuple[int, int]]:

@@ -4,6 +4,13 @@ The calls beyond the limit (in start order) are the time an agent that planned b
 would not spend: the stage's union less its union over the calls within the limit, at
 most the stage's time on the critical path. Read from the trace's shape by
 :func:`latency_budget._core.hints.find_hints`.
+
+Quality beside it: in ``report`` and in process (``RecentCalls.add_loops``), the saving is claimed only where the
+requests whose stage kept within ``max_calls`` succeeded as often as those past it (their
+calls' error status, guardrail blocks and refusals, and evaluation scores: a
+non-inferiority test within the budget file's ``quality.max_drop``,
+:func:`~latency_budget._core.levers.weigh.weigh_outcomes`); where fewer loops succeed less,
+``report`` says the trade instead, and with no such data it says so.
 """
 
 from __future__ import annotations
@@ -56,9 +63,10 @@ LEVER = Lever(
     fits="a stage with a max_calls that made more calls than that",
     controls_for="counts calls, not spans (a span nested in a call of its own stage is part of it); the saving "
     "is wall-clock and capped at the stage's critical-path time",
-    evidence="whether requests with fewer loops succeeded as often (evaluation scores, task success): fewer "
-    "iterations can mean worse answers",
+    evidence="the success (no call in error, blocked or refused) and evaluation scores of the requests within "
+    "max_calls against those past it: no saving is claimed where fewer loops are not shown to succeed as often "
+    "(within quality.max_drop); with neither, it says so",
     never="skipping a protected stage's calls",
-    needs=("task_success", "evaluation_scores"),
+    needs=("task_success", "error_status", "guardrail_outcomes", "evaluation_scores"),
     advise=advise,
 )

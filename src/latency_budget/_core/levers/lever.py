@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.kinds import HintKind, Saves
     from latency_budget._core.levers.baseline import Baseline, ModelStats, RecordedBaseline
     from latency_budget._core.levers.finding import Finding
     from latency_budget._core.report import TraceReport
 
-__all__ = ["Advice", "AdviceFor", "Change", "Evidence", "Lever", "RequestFinder", "StageFinder"]
+__all__ = ["ANSWER_CHANGES", "Advice", "AdviceFor", "Change", "Evidence", "Lever", "RequestFinder", "StageFinder"]
 
 # What a lever would do to a stage's work. A protected stage's work is never changed, by
 # any of them: ``stream`` is held back also when a protected stage's check follows the call.
@@ -34,6 +35,14 @@ Change = Literal[
     "run_concurrently",
     "skip_calls",
 ]
+# The changes that reach the answers themselves: a lever making one weighs its saving
+# against the quality evidence, and says so where there is none (levers/weigh.py). The
+# others keep the answer: a stream shows the same text sooner, a cache returns what an
+# identical call returned (its lever checks the recorded results), and concurrent calls
+# are only those found independent (their lever checks arguments and results).
+ANSWER_CHANGES: frozenset[Change] = frozenset(
+    ("swap_model", "trim_input", "shorten_output", "reduce_reasoning", "skip_calls")
+)
 
 # The quality evidence a lever needs before a saving may be claimed as free of cost to the
 # answers (read from the traces by issue 46's quality reader; until then a lever says so).
@@ -59,6 +68,9 @@ class AdviceFor:
     ``repeats`` and ``within`` are the cache lever's repeated calls (``within`` a request);
     ``assumed`` counts the requests where ``sequential_calls`` assumed its calls independent,
     ``cached`` those where ``context_size`` counted only the tokens after a cached prefix.
+    ``unweighed`` counts the requests where a lever that changes answers had no quality
+    data to weigh its saving against, ``not_recommended`` those where the quality evidence
+    spoke against it (no saving claimed).
     """
 
     stage: str
@@ -74,6 +86,8 @@ class AdviceFor:
     within: int = 0
     assumed: int = 0
     cached: int = 0
+    unweighed: int = 0
+    not_recommended: int = 0
 
 
 # (basis, advice): what the estimate rests on and what to try, each for people.
@@ -87,8 +101,11 @@ RequestFinder = Callable[
     "Finding | None",
 ]
 # An estimated lever that looks at one stage: its name, its calls (start order), the
-# baseline, the most it may save, and its models' statistics (filled in on first use).
-StageFinder = Callable[[str, "Sequence[Call]", "Baseline", float, "dict[str, ModelStats | None]"], "Finding | None"]
+# baseline, the most it may save, its models' statistics (filled in on first use), and
+# what a saving that changes answers is weighed against (the budget file's ``quality``).
+StageFinder = Callable[
+    [str, "Sequence[Call]", "Baseline", float, "dict[str, ModelStats | None]", "QualityPolicy"], "Finding | None"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,11 @@ class Lever:
     find_in_stage: StageFinder | None = None
     keyed: bool = False
     reasoned: bool = False
+
+    @property
+    def changes_answers(self) -> bool:
+        """Whether its change reaches the answers (:data:`ANSWER_CHANGES`): its saving is weighed against quality."""
+        return self.changes in ANSWER_CHANGES
 
     def __post_init__(self) -> None:
         finders = (self.find_in_request is not None) + (self.find_in_stage is not None)

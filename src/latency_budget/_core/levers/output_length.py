@@ -21,6 +21,7 @@ from latency_budget._core.report import format_ms
 from ..wording import plural
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
 
@@ -28,7 +29,12 @@ __all__ = ["LEVER", "find"]
 
 
 def find(
-    stage: str, members: Sequence[Call], baseline: Baseline, cap: float, stats: dict[str, ModelStats | None]
+    stage: str,
+    members: Sequence[Call],
+    baseline: Baseline,
+    cap: float,
+    stats: dict[str, ModelStats | None],
+    policy: QualityPolicy,
 ) -> Finding | None:
     """The output lever in one stage: its answers' tokens beyond their model's median, at its time per token."""
     stage_stats(stats, baseline, stage, members)
@@ -98,7 +104,7 @@ LEVER = Lever(
     controls_for="the time per output token is taken from generation time after the first token (streamed "
     "calls) where a rank test shows it grows with tokens, else from a tested fit; tool-call outputs stay out",
     evidence="evaluation scores and finish reasons (length) of shorter and longer answers: a cut answer can "
-    "be a worse one",
+    "be a worse one; with no quality data, it says so",
     never="shortening a protected stage's output",
     needs=("evaluation_scores", "finish_reasons"),
     advise=advise,

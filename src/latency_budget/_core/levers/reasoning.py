@@ -25,6 +25,7 @@ from latency_budget._core.report import format_ms
 from ..wording import plural
 
 if TYPE_CHECKING:
+    from latency_budget._config.model import QualityPolicy
     from latency_budget._core.call_facts import Call
     from latency_budget._core.levers.baseline import Baseline, ModelStats
 
@@ -32,7 +33,12 @@ __all__ = ["LEVER", "find"]
 
 
 def find(
-    stage: str, members: Sequence[Call], baseline: Baseline, cap: float, stats: dict[str, ModelStats | None]
+    stage: str,
+    members: Sequence[Call],
+    baseline: Baseline,
+    cap: float,
+    stats: dict[str, ModelStats | None],
+    policy: QualityPolicy,
 ) -> Finding | None:
     """The reasoning lever in one stage: reasoning tokens beyond the model's median, at its time per token."""
     stage_stats(stats, baseline, stage, members)
@@ -106,7 +112,7 @@ LEVER = Lever(
     controls_for="reasoning tokens are costed at the model's own time per output token (the output lever's tested "
     "rate), each call's saving at most its duration; models and stages are never mixed",
     evidence="evaluation scores and finish reasons of calls with more and less reasoning: less reasoning can "
-    "mean a worse answer",
+    "mean a worse answer; with no quality data, it says so",
     never="shortening the reasoning of a protected stage's calls",
     needs=("evaluation_scores", "finish_reasons"),
     advise=advise,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from latency_budget._config.model import DEFAULT_MIN_SAVING_MS
-from latency_budget._core.levers.table import REQUEST_FINDERS, STAGE_FINDERS
+from latency_budget._config.model import DEFAULT_MIN_SAVING_MS, DEFAULT_QUALITY, QualityPolicy
+from latency_budget._core.levers.table import LEVERS, REQUEST_FINDERS, STAGE_FINDERS
+from latency_budget._core.levers.weigh import has_evidence
 
 if TYPE_CHECKING:
     from latency_budget._core.call_facts import Call
@@ -26,6 +28,7 @@ def request_levers(
     min_saving_ms: float = DEFAULT_MIN_SAVING_MS,
     left_out: list[Finding] | None = None,
     protected: AbstractSet[str] | None = None,
+    quality: QualityPolicy = DEFAULT_QUALITY,
 ) -> list[Finding]:
     """The levers that apply to one request: its calls (start order) and its report, against ``baseline``.
 
@@ -34,18 +37,34 @@ def request_levers(
     A finding without an estimate (``saving_ms`` ``None``) is kept. No lever reads the
     calls of a ``protected`` stage (by default, the stages of ``report.protected_spans``),
     and none claims a saving its check would have to pass (see ``Finding.held_back_by``).
+    A lever that changes answers weighs its saving against ``quality`` (the budget file's
+    ``quality`` section) where it can (``model_choice``), and is marked ``unweighed`` where
+    no quality data exists for the models it concerns.
     """
     if protected is None:
         protected = {stage for stage, _, _ in report.protected_spans}
-    found = _findings(calls, report, baseline, frozenset(protected))
+    found = _findings(calls, report, baseline, frozenset(protected), quality)
+    if found:
+        found = [_caveated(f, baseline) for f in found]
     kept = [f for f in found if f.saving_ms is None or f.saving_ms >= min_saving_ms]
     if left_out is not None and len(kept) < len(found):
         left_out.extend(f for f in found if f.saving_ms is not None and f.saving_ms < min_saving_ms)
     return kept
 
 
+def _caveated(finding: Finding, baseline: Baseline) -> Finding:
+    """``finding``, marked ``unweighed`` when its lever changes answers and none of its models has quality data."""
+    if finding.unweighed or finding.trade is not None or not LEVERS[finding.kind].changes_answers:
+        return finding
+    if finding.kind == "model_choice":  # weighs itself (and says where it could not)
+        return finding
+    if any(has_evidence(baseline.quality(finding.stage, model)) for model in finding.targets):
+        return finding
+    return replace(finding, unweighed=True)
+
+
 def _findings(
-    calls: Sequence[Call], report: TraceReport, baseline: Baseline, protected: frozenset[str]
+    calls: Sequence[Call], report: TraceReport, baseline: Baseline, protected: frozenset[str], quality: QualityPolicy
 ) -> list[Finding]:
     # Only stages with a model call or a call with arguments can have a lever: most spans of
     # most stages have neither, and a root's end should not pay for them.
@@ -87,7 +106,7 @@ def _findings(
         stats: dict[str, ModelStats | None] = {}  # filled by the first lever that reads them
         for find_in_stage, by_arguments, by_reasoning in STAGE_FINDERS:
             if (reasoned if by_reasoning else keyed if by_arguments else modelled) and (
-                finding := find_in_stage(stage, members, baseline, cap, stats)
+                finding := find_in_stage(stage, members, baseline, cap, stats, quality)
             ) is not None:
                 found.append(finding)
     return found
