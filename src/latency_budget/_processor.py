@@ -113,9 +113,9 @@ class LatencyBudgetProcessor(SpanProcessor):
     for: it is judged and forwarded, exactly once, from the thread that ends its last
     open child, or, once the bound has passed in span time or in wall-clock time, when a
     local root next starts or ends, at :meth:`force_flush`, at :meth:`shutdown`, or, in a
-    quiet process, by a daemon thread that runs only while roots are held, at most once a
-    bound, so within two bounds (judged without the children still open, counted in
-    ``stats().late_spans_missed``). 0 turns the wait off.
+    quiet process, by a daemon thread (started at the first hold, gone 5 s after the last)
+    that runs at most once a bound, so within two bounds (judged without the children
+    still open, counted in ``stats().late_spans_missed``). 0 turns the wait off.
 
     ``late_span_grace_ms`` (default ``LATE_SPAN_GRACE_MS``, 50 ms; 0: off) holds every
     local root that long, in wall-clock time, whether or not a child is open, for

@@ -7,9 +7,10 @@ comes: this timer releases the root instead. In a busy process the hot path rele
 roots first, and a timer that woke at each root's deadline would wake once a root for
 nothing (a thread switch each): so its runs are coalesced, at most one every ``period_ns``
 (the hold), and a root in a quiet process is released within twice its hold. The thread
-starts lazily at the first hold, lives only while roots are held (it exits when none is
-left, and a later hold starts a new one), is a daemon, holds the processor only through a
-weak reference, and is started again after a fork (the child has no thread;
+starts lazily at the first hold and exits once no root has been held for ``LINGER_NS`` (a
+later hold starts a new one: a process whose requests come further apart than the hold
+would otherwise start a thread per request); it is a daemon, holds the processor only
+through a weak reference, and is started again after a fork (the child has no thread;
 ``reset_after_fork``).
 """
 
@@ -22,7 +23,10 @@ from collections.abc import Callable
 
 from latency_budget import _guard
 
-__all__ = ["ReleaseTimer"]
+__all__ = ["LINGER_NS", "ReleaseTimer"]
+
+LINGER_NS = 5_000_000_000
+"""How long the thread waits for a next hold, once none is left, before it exits."""
 
 Wait = Callable[[threading.Condition, float], object]
 """How the thread waits on its condition, up to that many seconds: ``Condition.wait`` (a test steps its clock)."""
@@ -43,11 +47,13 @@ class ReleaseTimer:
         release: Callable[[], int | None],
         *,
         period_ns: int,
+        linger_ns: int = LINGER_NS,
         clock: Callable[[], int] = time.monotonic_ns,
         wait: Wait = threading.Condition.wait,
     ) -> None:
         self._release = weakref.WeakMethod(release)
         self._period = period_ns
+        self._linger = linger_ns
         self._clock = clock
         self._wait = wait
         self._cond = threading.Condition(threading.Lock())
@@ -102,18 +108,28 @@ class ReleaseTimer:
         cond = self._cond
         while True:
             with cond:
+                idle_since: int | None = None
                 while True:
-                    deadline = self._deadline
-                    if self._stopped or deadline is None or cond is not self._cond:
+                    if self._stopped or cond is not self._cond:
                         if cond is self._cond:
-                            self._thread = None  # none held: exit; the next hold starts a thread
+                            self._thread = None
                         return
                     now = self._clock()
-                    if self._last_run is not None:  # coalesced: one run a period at most
-                        deadline = max(deadline, self._last_run + self._period)
-                    remaining = deadline - now
-                    if remaining <= 0:
-                        break
+                    deadline = self._deadline
+                    if deadline is None:  # none held: wait a while for the next hold, then exit
+                        if idle_since is None:
+                            idle_since = now
+                        remaining = idle_since + self._linger - now
+                        if remaining <= 0:
+                            self._thread = None  # the next hold starts a thread
+                            return
+                    else:
+                        idle_since = None
+                        if self._last_run is not None:  # coalesced: one run a period at most
+                            deadline = max(deadline, self._last_run + self._period)
+                        remaining = deadline - now
+                        if remaining <= 0:
+                            break
                     self._wait(cond, remaining / 1e9)
                 self._deadline = None
                 self._last_run = now
