@@ -76,6 +76,8 @@ _SAMPLED = 0x01
 # The account of a local root that is not a request, in a trace that has a request's
 # account here: it has no stages, so its spans count for nothing and are never copied.
 _UNACCOUNTED = BudgetConfig("<not a request>", (), BudgetSet(DEFAULT_PROFILE, (), None))
+# The release time when no root is held: after any monotonic clock reading.
+_NEVER = 1 << 62
 
 
 class LatencyBudgetProcessor(SpanProcessor):
@@ -111,9 +113,9 @@ class LatencyBudgetProcessor(SpanProcessor):
     for: it is judged and forwarded, exactly once, from the thread that ends its last
     open child, or, once the bound has passed in span time or in wall-clock time, when a
     local root next starts or ends, at :meth:`force_flush`, at :meth:`shutdown`, or, in a
-    quiet process, by a daemon thread that runs only while roots are held (judged without
-    the children still open, counted in ``stats().late_spans_missed``). 0 turns the wait
-    off.
+    quiet process, by a daemon thread (started at the first hold, gone 5 s after the last)
+    that runs at most once a bound, so within two bounds (judged without the children
+    still open, counted in ``stats().late_spans_missed``). 0 turns the wait off.
 
     ``late_span_grace_ms`` (default ``LATE_SPAN_GRACE_MS``, 50 ms; 0: off) holds every
     local root that long, in wall-clock time, whether or not a child is open, for
@@ -149,8 +151,11 @@ class LatencyBudgetProcessor(SpanProcessor):
         # and those found ready (their last open child ended), under the table's lock.
         self._held: dict[TraceState, None] = {}
         self._ready: list[TraceState] = []
-        # Releases held roots at their deadline when nothing else does (a quiet process).
-        self._timer = ReleaseTimer(self._release_due)
+        # The oldest held root's deadline (_NEVER when none is held): a root's start or end
+        # takes the lock to release held roots only once it has passed.
+        self._release_at = _NEVER
+        # Releases held roots when nothing else does (a quiet process), at most once a hold.
+        self._timer = ReleaseTimer(self._release_due, period_ns=self._hold_ns)
         self._late_spans = self._late_missed = 0
         self._reload_interval = reload_interval(reload_interval_s)
         self._config, self._watcher = watch_budgets(budgets, self._use_config)
@@ -306,10 +311,8 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _release_due(self) -> int | None:
         """The timer's call: release the held roots that are due; the earliest deadline still held, or None."""
         self._release(everything=False)
-        with self._table.lock:
-            for state in self._held:
-                return state.deadline
-        return None
+        release_at = self._release_at
+        return None if release_at == _NEVER else release_at
 
     def _release(self, *, everything: bool) -> None:
         """Judge and forward the held roots that are ready, whose deadline passed, or (``everything``) all.
@@ -327,11 +330,16 @@ class LatencyBudgetProcessor(SpanProcessor):
                     if state in held:
                         del held[state]
                         due.append(state)
-                for state in list(held):
+                passed = len(due)
+                for state in held:  # held in deadline order: stop at the first one not due
                     if not everything and state.deadline > now:
-                        break  # held in deadline order: the rest are later
-                    del held[state]
+                        self._release_at = state.deadline
+                        break
                     due.append(state)
+                else:
+                    self._release_at = _NEVER
+                for state in due[passed:]:
+                    del held[state]
         except Exception as exc:
             _guard.log_internal_error("late spans", exc)
         for state in due:
@@ -459,7 +467,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         start: int,
         attributes: Mapping[str, Any],
     ) -> None:
-        if self._held:  # roots held for late children whose wall-clock bound has passed: released here
+        if self._held and time.monotonic_ns() >= self._release_at:  # held roots whose wall-clock bound passed
             self._release(everything=False)
         config = self._config
         if config.resource_keys:  # rules that read the resource: settled for this provider's, once
@@ -497,7 +505,7 @@ class LatencyBudgetProcessor(SpanProcessor):
             return self._end_late(span, span_id, parent_id, state, name, kind, scope, start, end, attributes)
         stage = state.end_span(span_id, parent_id, name, kind, scope, start, end, attributes, span)
         if span_id == state.root_id:
-            if self._held:  # other roots held for late children whose wall-clock bound has passed
+            if self._held and time.monotonic_ns() >= self._release_at:  # other held roots whose bound passed
                 self._release(everything=False)
             if state.config.default_rule_stage >= 0 and not state.judged_by_default(
                 kind, parent is not None, attributes
@@ -520,9 +528,17 @@ class LatencyBudgetProcessor(SpanProcessor):
     def _hold(self, root: ReadableSpan, state: TraceState, stage: int, ended: Ended) -> None:
         """Hold a local root back (its trace stays open) until its open stage children end or the bound passes."""
         state.held = (root, stage, ended)
-        state.deadline = deadline = time.monotonic_ns() + self._hold_ns
-        with self._table.lock:
-            self._held[state] = None
+        lock = self._table.lock
+        lock.acquire()  # not `with`: see TraceTable.open
+        try:
+            # The deadline read under the lock: the held roots stay in deadline order.
+            state.deadline = deadline = time.monotonic_ns() + self._hold_ns
+            held = self._held
+            if not held:
+                self._release_at = deadline
+            held[state] = None
+        finally:
+            lock.release()
         self._timer.wake_by(deadline)  # in a quiet process, the timer releases it
         if not self._exit_hook:
             # At exit, held roots are judged before the providers shut down: registered at
@@ -588,6 +604,7 @@ class LatencyBudgetProcessor(SpanProcessor):
         self._table.reset_after_fork()
         self._held.clear()
         self._ready.clear()
+        self._release_at = _NEVER
         self._timer.reset_after_fork()
 
 

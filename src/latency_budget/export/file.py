@@ -22,7 +22,7 @@ import base64
 import json
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from google.protobuf import json_format  # type: ignore[import-untyped,unused-ignore]
@@ -132,12 +132,8 @@ def _shared(target: str | os.PathLike[str] | OtlpJsonLinesFile, append: bool) ->
     return file.acquire()
 
 
-class OtlpJsonFileSpanExporter(SpanExporter):
-    """A span exporter that appends one OTLP/JSON line per export call to a file.
-
-    ``target`` is a path (opened at once: an unwritable path raises ``OSError`` here, not on
-    the first export) or an :class:`OtlpJsonLinesFile` shared with a log exporter.
-    """
+class _FileExporter:
+    """What the span and log exporters share: their hold on the file, the writing of a batch, the end."""
 
     def __init__(self, target: str | os.PathLike[str] | OtlpJsonLinesFile, *, append: bool = True) -> None:
         self._file = _shared(target, append)
@@ -148,13 +144,11 @@ class OtlpJsonFileSpanExporter(SpanExporter):
         """The file written."""
         return self._file.path
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _write(self, batch: Sequence[Any], encode: Callable[[Sequence[Any]], dict[str, Any]]) -> bool:
+        """Write ``batch`` as one line (nothing when it is empty); False after shutdown or when the write failed."""
         if self._done:
-            return SpanExportResult.FAILURE
-        if not spans:
-            return SpanExportResult.SUCCESS
-        ok = self._file.write(encode_otlp_json(spans))
-        return SpanExportResult.SUCCESS if ok else SpanExportResult.FAILURE
+            return False
+        return not batch or self._file.write(encode(batch))
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         self._file.flush()
@@ -166,26 +160,19 @@ class OtlpJsonFileSpanExporter(SpanExporter):
             self._file.release()
 
 
-class OtlpJsonFileLogExporter(_LogExporter):
+class OtlpJsonFileSpanExporter(_FileExporter, SpanExporter):
+    """A span exporter that appends one OTLP/JSON line per export call to a file.
+
+    ``target`` is a path (opened at once: an unwritable path raises ``OSError`` here, not on
+    the first export) or an :class:`OtlpJsonLinesFile` shared with a log exporter.
+    """
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        return SpanExportResult.SUCCESS if self._write(spans, encode_otlp_json) else SpanExportResult.FAILURE
+
+
+class OtlpJsonFileLogExporter(_FileExporter, _LogExporter):
     """A log record exporter that appends one OTLP/JSON line per export call to a file (see the span exporter)."""
 
-    def __init__(self, target: str | os.PathLike[str] | OtlpJsonLinesFile, *, append: bool = True) -> None:
-        self._file = _shared(target, append)
-        self._done = False
-
     def export(self, batch: Sequence[Any]) -> _LogResult:
-        if self._done:
-            return _LogResult.FAILURE
-        if not batch:
-            return _LogResult.SUCCESS
-        ok = self._file.write(encode_otlp_json_logs(batch))
-        return _LogResult.SUCCESS if ok else _LogResult.FAILURE
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        self._file.flush()
-        return True
-
-    def shutdown(self) -> None:
-        if not self._done:
-            self._done = True
-            self._file.release()
+        return _LogResult.SUCCESS if self._write(batch, encode_otlp_json_logs) else _LogResult.FAILURE
