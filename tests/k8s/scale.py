@@ -9,7 +9,8 @@ It runs itself again under ``unshare --map-root-user --net --mount``: a network 
 and a mount namespace of its own. The API server refuses loopback addresses in
 EndpointSlices, so the instances listen on addresses of 10.250.0.0/24, given to that
 namespace's own ``lo``, and its ``/etc/hosts`` (the pods' names, for the resolver's
-``return_hostnames``) is bind-mounted in that mount namespace only. Inside, it checks
+``return_hostnames``, and the Collector Service's, for serve's ``--handover-endpoint``)
+is bind-mounted in that mount namespace only. Inside, it checks
 again that ``lo`` is the only link, so nothing of the host's network is touched.
 
 Everything is real and from the chart, rendered by real helm: a real etcd and
@@ -68,6 +69,9 @@ NAMESPACE = "latency-budget"
 RELEASE = "tier"
 FULLNAME = f"{RELEASE}-latency-budget"
 SERVICE = f"{FULLNAME}-serve"  # serve's headless Service, the resolver's service
+# The Collector Service's name as the chart renders serve's --handover-endpoint (lb.handover):
+# the namespace's /etc/hosts gives it the Collector's address, so the chart's default works.
+COLLECTOR_SERVICE = f"{FULLNAME}-collector.{NAMESPACE}.svc"
 SLICE = f"{SERVICE}-scale"  # the EndpointSlice this module keeps, as the controller would
 NETWORK = "10.250.0"
 COLLECTOR_IP = f"{NETWORK}.10"
@@ -115,7 +119,11 @@ def own_network_namespace(work: Path) -> None:
     for address in [*SERVE_IPS, COLLECTOR_IP]:
         subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", "lo"], check=True)
     hosts = work / "hosts"
-    lines = ["127.0.0.1 localhost", *(f"{ip} {_hostname(i)}" for i, ip in enumerate(SERVE_IPS))]
+    lines = [
+        "127.0.0.1 localhost",
+        *(f"{ip} {_hostname(i)}" for i, ip in enumerate(SERVE_IPS)),
+        f"{COLLECTOR_IP} {COLLECTOR_SERVICE}",
+    ]
     hosts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     subprocess.run(["mount", "--bind", str(hosts), "/etc/hosts"], check=True)
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "grpc_proxy"):
@@ -599,6 +607,10 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
         "traces_partial_counted": sum(c.get("traces_partial", 0) for c in counters),
         "traces_forwarded_unjudged": sum(c["traces_forwarded_unjudged"] for c in counters),
         "traces_judged": sum(c["traces_judged"] for c in counters),
+        # serve.handover.enabled: rootless parts sent back through the Collector (their spans
+        # go through it twice).
+        "traces_handed_over": sum(c.get("traces_handed_over", 0) for c in counters),
+        "spans_handed_over": sum(c.get("spans_handed_over", 0) for c in counters),
         "split_traces": split,
         "marked_traces": sorted(marked),
     }

@@ -281,11 +281,11 @@ def test_the_budget_file_reaches_serve_live_unless_reload_is_off(render: Render,
 
 
 def test_serve_hands_rootless_parts_back_through_the_charts_collector(render: Render, tmp_path: Path) -> None:
-    """serve.handover.enabled: --handover-endpoint is the chart's Collector Service (OTLP/gRPC); off by default."""
-    on = tmp_path / "on.yaml"
-    on.write_text("serve:\n  handover:\n    enabled: true\n", encoding="utf-8")
+    """serve.handover.enabled: --handover-endpoint is the chart's Collector Service (OTLP/gRPC); on by default."""
+    off = tmp_path / "off.yaml"
+    off.write_text("serve:\n  handover:\n    enabled: false\n", encoding="utf-8")
     found = {}
-    for name, values in {"defaults": None, "on": on, "all-on": ALL_ON_VALUES}.items():
+    for name, values in {"defaults": None, "off": off, "all-on": ALL_ON_VALUES}.items():
         objects = render(values)
         service = _one(objects, "Service", "-collector")
         port = next(p["port"] for p in service["spec"]["ports"] if p["name"] == "otlp-grpc")
@@ -293,6 +293,6 @@ def test_serve_hands_rootless_parts_back_through_the_charts_collector(render: Re
         given = args[args.index("--handover-endpoint") + 1] if "--handover-endpoint" in args else None
         found[name] = (given, f"http://{service['metadata']['name']}.{NAMESPACE}.svc:{port}")
 
-    assert found["defaults"][0] is None
-    assert found["on"][0] == found["on"][1]
+    assert found["defaults"][0] == found["defaults"][1]
+    assert found["off"][0] is None
     assert found["all-on"][0] == found["all-on"][1]  # its serve.handover.endpoint names the same Service
