@@ -12,6 +12,7 @@ import pytest
 from opentelemetry.util.types import AttributeValue
 
 from latency_budget import BudgetConfigError, load_budgets
+from latency_budget._core.levers import sequential_calls
 
 from .lever_traffic import Traffic, levers
 
@@ -111,3 +112,39 @@ def test_side_effects_are_globs_checked_at_load_time() -> None:
         load_budgets(text=BUDGETS + "tools:\n  side_effects: ['send_[']\n")
     with pytest.raises(BudgetConfigError, match=r"<text>:6: tools.sideeffects: unknown key"):
         load_budgets(text=BUDGETS + "tools: {sideeffects: [a]}\n")
+
+
+def test_the_data_flow_check_compares_each_call_with_a_bounded_number_of_results(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run of 2,000 calls that all record results costs at most MAX_RESULTS_COMPARED checks a call, not every pair."""
+    checked = 0
+    feeds = sequential_calls._feeds
+
+    def counting(earlier: sequential_calls.CallText | None, later: sequential_calls.CallText | None) -> bool:
+        nonlocal checked
+        checked += 1
+        return feeds(earlier, later)
+
+    monkeypatch.setattr(sequential_calls, "_feeds", counting)
+    calls = 2_000
+    texts = {i: ("lookup", f'{{"id": "q{i:05d}"}}', f'{{"answer": "r{i:05d}"}}') for i in range(calls)}
+    siblings: list[tuple[int, int, int, int, str | None, bool, object]] = [
+        (i * 10, i * 10 + 5, i, 1, "execute_tool", False, None) for i in range(calls)
+    ]
+    runs = sequential_calls._sequential_runs(siblings, frozenset({1}), texts)  # type: ignore[arg-type]
+    assert [len(run) for run in runs] == [calls]  # independent: one run of all of them
+    assert checked <= calls * sequential_calls.MAX_RESULTS_COMPARED
+    assert checked >= (calls - sequential_calls.MAX_RESULTS_COMPARED) * sequential_calls.MAX_RESULTS_COMPARED
+
+
+def test_a_call_fed_by_a_recent_result_in_a_long_run_still_starts_a_run_of_its_own() -> None:
+    """Within the results compared, a dependency found in a long run splits it there (the bound keeps the rule)."""
+    calls = 500
+    texts = {i: ("lookup", f'{{"id": "q{i:05d}"}}', f'{{"answer": "r{i:05d}"}}') for i in range(calls)}
+    texts[300] = ("lookup", '{"id": "r00290"}', '{"answer": "r00300"}')  # needs call 290's result
+    siblings: list[tuple[int, int, int, int, str | None, bool, object]] = [
+        (i * 10, i * 10 + 5, i, 1, "execute_tool", False, None) for i in range(calls)
+    ]
+    runs = sequential_calls._sequential_runs(siblings, frozenset({1}), texts)  # type: ignore[arg-type]
+    assert [len(run) for run in runs] == [300, 200]

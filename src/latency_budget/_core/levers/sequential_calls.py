@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
@@ -39,6 +40,11 @@ __all__ = ["LEVER", "MIN_LEAF_CHARS", "CallText", "call_text", "find"]
 CallText = tuple["str | None", "str | None", "str | None"]
 MIN_LEAF_CHARS = 3  # a shorter string or number in a result ("ok", 1) says nothing about data flow
 _MAX_LEAVES = 64  # leaves of a result compared with the next call's arguments, at most
+# The recorded results of the run's latest calls that a call's arguments are compared with, at
+# most: the check stays linear in a run's calls (a run of thousands of calls that all
+# record results would otherwise compare every pair). A call that needs the result of a
+# call further back in the run is then taken as independent.
+MAX_RESULTS_COMPARED = 64
 _NO_TEXTS: Mapping[int, CallText] = {}
 
 # A stage span among its siblings: (start, end, span id, stage, kind, nested, the span).
@@ -166,6 +172,9 @@ def _sequential_runs(
     siblings.sort(key=_start_order)
     run: list[_Sibling] = []
     run_end = 0  # the latest end in the run: a call starting at or after it does not overlap
+    # The recorded texts of the run's latest calls that recorded a result (the only ones a
+    # later call can be fed by), at most MAX_RESULTS_COMPARED.
+    results: deque[CallText] = deque(maxlen=MAX_RESULTS_COMPARED)
 
     def close() -> None:
         if len(run) >= 2:
@@ -178,20 +187,27 @@ def _sequential_runs(
         blocked = nested or (text is not None and changes(text))
         if run and stage == run[0][3] and kind == run[0][4] and not blocked:
             if start >= run_end:
-                if text is not None and any(_feeds(texts.get(other[2]), text) for other in run):
+                if text is not None and any(_feeds(earlier, text) for earlier in results):
                     close()  # it needed an earlier call's result: a run of its own starts here
                     run = [sibling]
+                    results.clear()
                 else:
                     run.append(sibling)
+                if text is not None and text[2] is not None:
+                    results.append(text)
                 run_end = max(run_end, end)
             else:
                 # Overlaps the run: these calls already run concurrently; no hint for this group.
                 run = []
+                results.clear()
             continue
         close()
         # A nested span is part of a call, not a call: it starts no run, but as a step of
         # another call between two calls, it still ends one.
         run = [sibling] if stage in parallelizable and not blocked else []
+        results.clear()
+        if run and text is not None and text[2] is not None:
+            results.append(text)
         run_end = end
     close()
     return found
