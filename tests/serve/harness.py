@@ -37,7 +37,7 @@ from opentelemetry.trace import Tracer
 from latency_budget._config.model import BudgetConfig
 from latency_budget._demo.otlp_json import encode_otlp_json
 from latency_budget._serve.assembly import Limits
-from latency_budget._serve.forwarder import Sender, open_sender
+from latency_budget._serve.forwarder import Sender, open_logs_sender, open_sender
 from latency_budget._serve.otlp import attributes_of
 from latency_budget._serve.reports import open_report_sinks
 from latency_budget._serve.server import ServeOptions, Server
@@ -259,6 +259,7 @@ def running(
         metric_bank=sinks.bank if sinks is not None else None,
         handover=open_handover(handover) if handover is not None else None,
         handover_destination=handover or "",
+        logs_sender=open_logs_sender(target),
     )
     fields = server.start()
     handle = Running(server, str(fields["grpc"]), f"http://{fields['http']}", f"http://{fields['health']}/health", log)

@@ -200,6 +200,13 @@ class TraceBuffer:
                 freed_bytes += trace.size
         return chosen if freed_traces >= traces and freed_bytes >= size else []
 
+    def where(self, trace_id: int) -> Literal["open", "decided"] | None:
+        """Whether ``trace_id`` is held open here, was decided here (of the latest remembered), or neither."""
+        with self._lock:
+            if trace_id in self._open:
+                return "open"
+            return "decided" if trace_id in self._decided else None
+
     def remember(self, trace_ids: Iterable[int]) -> None:
         """Count these traces as decided (by a previous run): their spans from now on are late."""
         with self._lock:

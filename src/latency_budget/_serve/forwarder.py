@@ -43,15 +43,26 @@ from collections.abc import Callable, Sequence
 from typing import Literal, Protocol
 
 import grpc
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as HttpLogExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from latency_budget._serve.otlp import Origin, encode_batch, shrink_span
 from latency_budget._serve.stats import Counter, Counters, EventLog
 from latency_budget.export._otlp import OtlpTarget
 
-__all__ = ["DEFAULT_BATCH_BYTES", "DEFAULT_WORKERS", "Forwarder", "Outcome", "Sender", "open_sender"]
+__all__ = [
+    "DEFAULT_BATCH_BYTES",
+    "DEFAULT_WORKERS",
+    "Forwarder",
+    "Outcome",
+    "Sender",
+    "open_logs_sender",
+    "open_sender",
+]
 
 DEFAULT_BATCH_BYTES = 3 * 1024 * 1024  # below the 4 MiB the Collector and Jaeger receive by default
 DEFAULT_WORKERS = 2
@@ -75,6 +86,7 @@ _GRPC_DOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EX
 # grpc-go: "grpc: received message larger than max (N vs. M)"; grpc-core: "Received message larger than max".
 _TOO_LARGE = re.compile(r"larger than max|too large|exceeds .*(limit|max)", re.IGNORECASE)
 _EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+_EXPORT_LOGS = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
 
 
 class Sender(Protocol):
@@ -99,13 +111,16 @@ class _GrpcSender(GrpcSpanExporter):
         super().__init__(endpoint=endpoint, insecure=insecure, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
         self._raw_export: tuple[object, Callable[..., object]] | None = None
 
+    _export_method = _EXPORT
+    _response = staticmethod(ExportTraceServiceResponse.FromString)
+
     def send(self, request: bytes) -> Outcome:
         channel = self._channel
         if channel is None or self._shutdown:
             return "down"
         if self._raw_export is None or self._raw_export[0] is not channel:  # the exporter may open a new channel
             method = channel.unary_unary(
-                _EXPORT, request_serializer=None, response_deserializer=ExportTraceServiceResponse.FromString
+                self._export_method, request_serializer=None, response_deserializer=self._response
             )
             self._raw_export = (channel, method)
         try:
@@ -113,6 +128,18 @@ class _GrpcSender(GrpcSpanExporter):
         except grpc.RpcError as error:
             return _grpc_outcome(error.code(), error.details() or "", self._retryable_error_codes)
         return "sent"
+
+
+class _GrpcLogsSender(GrpcLogExporter):
+    """The SDK's gRPC log exporter, fed encoded log export requests, one attempt per call (as :class:`_GrpcSender`)."""
+
+    def __init__(self, endpoint: str | None = None) -> None:
+        super().__init__(endpoint=endpoint, channel_options=_CHANNEL_OPTIONS)  # type: ignore[arg-type]
+        self._raw_export: tuple[object, Callable[..., object]] | None = None
+
+    send = _GrpcSender.send
+    _export_method = _EXPORT_LOGS
+    _response = staticmethod(ExportLogsServiceResponse.FromString)
 
 
 def _grpc_outcome(code: grpc.StatusCode, details: str, retryable: object) -> Outcome:
@@ -127,17 +154,36 @@ class _HttpSender(HttpSpanExporter):
     """The SDK's OTLP/HTTP span exporter (its session, headers, TLS, compression, timeout), fed encoded requests."""
 
     def send(self, request: bytes) -> Outcome:
-        if self._shutdown:
-            return "down"
-        result = self._client.export(request)
-        if result.success:
-            return "sent"
-        status = result.status_code
-        if status is None or status in _HTTP_DOWN or status >= 500:
-            return "down"
-        if status == 413:
-            return "too_large"
-        return "busy" if status in _HTTP_BUSY else "rejected"
+        return _http_send(self, request)
+
+
+class _HttpLogsSender(HttpLogExporter):
+    """The SDK's OTLP/HTTP log exporter, fed encoded log export requests."""
+
+    def send(self, request: bytes) -> Outcome:
+        return _http_send(self, request)
+
+
+def _http_send(exporter: HttpSpanExporter | HttpLogExporter, request: bytes) -> Outcome:
+    """One attempt to send ``request`` through ``exporter``'s HTTP client; what the next hop did."""
+    if exporter._shutdown:
+        return "down"
+    result = exporter._client.export(request)
+    if result.success:
+        return "sent"
+    status = result.status_code
+    if status is None or status in _HTTP_DOWN or status >= 500:
+        return "down"
+    if status == 413:
+        return "too_large"
+    return "busy" if status in _HTTP_BUSY else "rejected"
+
+
+def open_logs_sender(target: OtlpTarget) -> Sender:
+    """The sender of log export requests to ``target``'s logs protocol and endpoint (None: from the environment)."""
+    if target.protocols["logs"] == "grpc":
+        return _GrpcLogsSender(endpoint=target.endpoint)
+    return _HttpLogsSender(endpoint=target.url("logs")) if target.endpoint else _HttpLogsSender()
 
 
 def open_sender(target: OtlpTarget, *, tls_by_scheme: bool = False) -> Sender:

@@ -49,6 +49,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from latency_budget._serve.exposition import CONTENT_TYPE
 from latency_budget._serve.intake import Answer, Intake
+from latency_budget._serve.logs import parse_logs_json
 from latency_budget._serve.otlp import BadRequest, parse_json
 from latency_budget._serve.stats import Counters, EventLog
 
@@ -249,17 +250,20 @@ class HttpReceiver:
         body_timeout_s: float = BODY_TIMEOUT_S,
         counters: Counters | None = None,
         log: EventLog | None = None,
+        logs: Callable[..., Answer] | None = None,
     ) -> None:
+        """``logs``: takes ``POST /v1/logs`` (an encoded log export request, ``protocol=``); None: 404."""
         limit = max_request_bytes
 
         class Handler(_Quiet):
             def do_POST(self) -> None:
-                if self.path.split("?", 1)[0] != "/v1/traces":
+                path = self.path.split("?", 1)[0]
+                if path != "/v1/traces" and (path != "/v1/logs" or logs is None):
                     self.close_connection = True
                     self.reply(404, b"not found: POST /v1/traces\n", "text/plain")
                     return
                 try:
-                    answer, kind = self.export()
+                    answer, kind = self.export(path == "/v1/logs")
                 except _Gone as gone:
                     self.close_connection = True
                     self.server.client_gone(gone.__cause__ or gone)
@@ -275,7 +279,7 @@ class HttpReceiver:
                     self.close_connection = True
                 self.reply(status, body, kind, headers)
 
-            def export(self) -> tuple[Answer, str]:
+            def export(self, is_logs: bool) -> tuple[Answer, str]:
                 self.bad_status = 400
                 kind = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
                 if kind not in (_PROTOBUF, _JSON):
@@ -317,9 +321,11 @@ class HttpReceiver:
                     return intake.bad(f"unsupported content encoding {encoding[:40]!r}", protocol="http"), kind
                 if kind == _JSON:  # encoded as protobuf, as the intake reads it (and the log stores it)
                     try:
-                        body = parse_json(body).SerializeToString()
+                        body = parse_logs_json(body) if is_logs else parse_json(body).SerializeToString()
                     except BadRequest as exc:
                         return intake.bad(str(exc), protocol="http"), kind
+                if is_logs and logs is not None:
+                    return logs(body, protocol="http"), kind
                 return intake.accept(body, protocol="http"), kind
 
         Handler.header_timeout_s = header_timeout_s

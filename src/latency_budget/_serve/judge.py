@@ -29,6 +29,7 @@ from latency_budget import _attributes as attr
 from latency_budget._config.model import BudgetConfig
 from latency_budget._core.accounting import LeverHints
 from latency_budget._core.annotate import root_annotation
+from latency_budget._core.quality import Evaluation
 from latency_budget._core.recent import RecentCalls
 from latency_budget._core.report import TraceReport
 from latency_budget._core.trace_state import TraceState
@@ -62,6 +63,11 @@ class Judge:
         self.roots = roots
         self._max_spans = max_spans_per_trace
         self._recent = RecentCalls(on_error=_lever_hints_failed)
+        self._recent.join_evaluations()  # evaluation log records (serve's /v1/logs) name recent calls
+
+    def add_evaluation(self, trace_id: int, span_id: int | None, response: str | None, evaluation: Evaluation) -> None:
+        """An evaluation result for a call of a trace held open: joined when the trace is judged (in-process rule)."""
+        self._recent.add_evaluation(trace_id, span_id, response, evaluation)
 
     def judge(self, spans: Sequence[Received]) -> Verdicts:
         """Judge the spans of one trace, giving each judged root its annotated bytes (``Received.encoded``)."""

@@ -38,8 +38,9 @@ from latency_budget._serve.http_receiver import (
     HealthServer,
     HttpReceiver,
 )
-from latency_budget._serve.intake import Intake
+from latency_budget._serve.intake import Answer, Intake
 from latency_budget._serve.judge import Judge, Roots
+from latency_budget._serve.logs import evaluations_in
 from latency_budget._serve.otlp import BadRequest, decode_in_full, decode_request
 from latency_budget._serve.partial import PartialReason, mark, mark_tops
 from latency_budget._serve.stats import Counters, EventLog, Gauge
@@ -91,6 +92,7 @@ class Server:
         metric_bank: MetricBank | None = None,
         handover: Sender | None = None,
         handover_destination: str = "",
+        logs_sender: Sender | None = None,
     ) -> None:
         """``metric_bank``: where serve's own counters and gauges go out with the budget metrics (over OTLP).
 
@@ -127,6 +129,7 @@ class Server:
             if handover is not None
             else None
         )
+        self._logs_sender = logs_sender
         self._wanted = _wanted_keys(config, options)
         self._wal = Wal(options.wal, self.counters, self.log) if options.wal is not None else None
         if self._wal is not None:
@@ -159,6 +162,7 @@ class Server:
                 body_timeout_s=options.http_body_timeout_s,
                 counters=self.counters,
                 log=self.log,
+                logs=self.take_logs,
             )
             if options.http_endpoint is not None
             else None
@@ -306,6 +310,43 @@ class Server:
         values: dict[str, int] = dict(self.counters.snapshot().items())
         values.update(self.gauges().items())
         return values
+
+    def take_logs(self, body: bytes, *, protocol: str) -> Answer:
+        """Pass an encoded ``ExportLogsServiceRequest`` to the next hop as it is; then read its evaluation results.
+
+        It is sent before it is answered (not queued, not in the write-ahead log): the
+        sender hears what the next hop said, so nothing is acknowledged that did not go
+        on. Of a request the next hop took, each evaluation result for a trace held open
+        here waits to be joined to the call it names when the trace is judged (the
+        in-process rule, :meth:`Judge.add_evaluation`); one for a trace decided here is
+        counted late, one for a trace this instance never saw (or no trace) unjoined.
+        """
+        counters = self.counters
+        if self._intake.draining:
+            return Answer("draining", "shutting down", retry_after_s=1.0)
+        if self._logs_sender is None:
+            return self._intake.bad("this serve forwards no logs", protocol=protocol)
+        try:
+            found = evaluations_in(body)
+        except BadRequest as exc:
+            return self._intake.bad(str(exc), protocol=protocol)
+        outcome = self._logs_sender.send(body)
+        if outcome in ("down", "busy"):
+            counters.add("log_requests_refused")
+            return Answer("full", f"the next hop is {outcome} for logs", retry_after_s=1.0)
+        if outcome != "sent":
+            return self._intake.bad(f"the next hop refused the logs ({outcome})", protocol=protocol)
+        counters.add("log_requests_forwarded")
+        for trace_id, span_id, response, evaluation in found:
+            where = self._buffer.where(trace_id) if trace_id is not None else None
+            if where == "open" and trace_id is not None:
+                self._judge.add_evaluation(trace_id, span_id, response, evaluation)
+                counters.add("evaluations_joined")
+            elif where == "decided":
+                counters.add("evaluations_late")
+            else:
+                counters.add("evaluations_unjoined")
+        return Answer("ok")
 
     def _health(self) -> tuple[bool, dict[str, object]]:
         gauges = self.gauges()

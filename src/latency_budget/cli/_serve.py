@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     # Imported here: grpc and the exporters take a moment to load, and only serve needs them.
     from latency_budget._serve.assembly import Limits  # noqa: PLC0415
-    from latency_budget._serve.forwarder import open_sender  # noqa: PLC0415
+    from latency_budget._serve.forwarder import open_logs_sender, open_sender  # noqa: PLC0415
     from latency_budget._serve.reports import open_report_sinks  # noqa: PLC0415
     from latency_budget._serve.server import ServeOptions, Server  # noqa: PLC0415
     from latency_budget._serve.wal import WalError, WalOptions  # noqa: PLC0415
@@ -129,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
             metric_bank=sinks.bank if sinks is not None else None,
             handover=open_sender(handover, tls_by_scheme=True) if handover is not None else None,
             handover_destination=handover.describe("traces") if handover is not None else "",
+            logs_sender=open_logs_sender(target),
         )
     except WalError as exc:
         raise CliError(f"serve: {exc}") from None
