@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter as GrpcLogExporter
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
 from opentelemetry.sdk._logs import LoggerProvider
 from opentelemetry.sdk._logs.export import SimpleLogRecordProcessor
@@ -130,3 +131,29 @@ def test_traces_without_logs_are_judged_as_before(hop: NextHop) -> None:
     assert _forwarded_evaluations(hop) == []
     root = next(span for _, _, span in hop.spans() if not span.parent_span_id)
     assert "latency_budget.verdict" in attributes_of(root.attributes)
+
+
+def test_the_grpc_logs_service_joins_and_forwards_as_http_does(hop: NextHop) -> None:
+    """An evaluation record sent by the SDK's gRPC log exporter joins an open trace and reaches the next hop."""
+    spans = record(one_call)
+    trace_id, span_id = _call(spans)
+    children = [s for s in spans if s.parent]
+    with running(BUDGETS, hop.url) as serve:
+        assert send_http(children, serve.http_url).name == "SUCCESS"
+        provider = LoggerProvider()
+        exporter = GrpcLogExporter(endpoint=serve.grpc_endpoint, insecure=True)
+        provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+        context = trace.set_span_in_context(
+            NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1)))
+        )
+        provider.get_logger("tests.evaluator").emit(
+            timestamp=at(500),
+            context=context,
+            body="relevance 0.75",
+            attributes={"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.75},
+            event_name="gen_ai.evaluation.result",
+        )
+        provider.shutdown()
+        counters = serve.counters()
+    assert (counters["evaluations_joined"], counters["log_requests_forwarded"]) == (1, 1)
+    assert [body for body, _ in _forwarded_evaluations(hop)] == ["relevance 0.75"]

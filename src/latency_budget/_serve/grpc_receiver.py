@@ -1,4 +1,4 @@
-"""The OTLP/gRPC trace receiver: opentelemetry-proto's ``TraceService`` on a grpcio asyncio server.
+"""The OTLP/gRPC receiver: opentelemetry-proto's ``TraceService`` (and ``LogsService``) on a grpcio asyncio server.
 
 Full or draining, it answers ``RESOURCE_EXHAUSTED`` or ``UNAVAILABLE`` with a
 ``google.rpc.RetryInfo`` detail (as the ``grpc-status-details-bin`` trailer the
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from functools import partial
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import grpc
 from google.protobuf.any_pb2 import Any as AnyMessage
 from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from latency_budget._serve.intake import Answer, Intake
@@ -45,6 +47,7 @@ _CODES = {
 
 
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_LOGS_SERVICE = "opentelemetry.proto.collector.logs.v1.LogsService"
 
 
 class _TraceService:
@@ -61,6 +64,20 @@ class _TraceService:
                 response.partial_success.rejected_spans = answer.rejected_spans
                 response.partial_success.error_message = answer.message
             return response
+        await _abort(context, answer)
+        raise AssertionError("unreachable: context.abort raises")
+
+
+class _LogsService:
+    def __init__(self, take: Callable[..., Answer], pool: futures.ThreadPoolExecutor) -> None:
+        self._take = take
+        self._pool = pool
+
+    async def export(self, body: bytes, context: Any) -> logs_service_pb2.ExportLogsServiceResponse:
+        loop = asyncio.get_running_loop()
+        answer = await loop.run_in_executor(self._pool, partial(self._take, body, protocol="grpc"))
+        if answer.status == "ok":
+            return logs_service_pb2.ExportLogsServiceResponse()
         await _abort(context, answer)
         raise AssertionError("unreachable: context.abort raises")
 
@@ -84,10 +101,21 @@ async def _abort(context: Any, answer: Answer) -> None:
 
 
 class GrpcReceiver:
-    """A grpcio asyncio server serving ``TraceService`` on ``endpoint`` (``host:port``; port 0 picks one)."""
+    """A grpcio asyncio server serving ``TraceService`` on ``endpoint`` (``host:port``; port 0 picks one).
+
+    ``logs``: takes the ``LogsService`` calls (an encoded log export request, ``protocol=``);
+    None: that service is not served (``UNIMPLEMENTED``).
+    """
 
     def __init__(
-        self, intake: Intake, endpoint: str, *, max_request_bytes: int, workers: int = 4, max_calls: int = 1024
+        self,
+        intake: Intake,
+        endpoint: str,
+        *,
+        max_request_bytes: int,
+        workers: int = 4,
+        max_calls: int = 1024,
+        logs: Callable[..., Answer] | None = None,
     ) -> None:
         self._pool = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="latency-budget-grpc")
         self._loop = asyncio.new_event_loop()
@@ -111,6 +139,17 @@ class GrpcReceiver:
                 )
             )
             server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {"Export": export}),))
+            if logs is not None:
+                logs_export: grpc.RpcMethodHandler[bytes, logs_service_pb2.ExportLogsServiceResponse] = (
+                    grpc.unary_unary_rpc_method_handler(
+                        _LogsService(logs, self._pool).export,
+                        request_deserializer=None,
+                        response_serializer=logs_service_pb2.ExportLogsServiceResponse.SerializeToString,
+                    )
+                )
+                server.add_generic_rpc_handlers(
+                    (grpc.method_handlers_generic_handler(_LOGS_SERVICE, {"Export": logs_export}),)
+                )
             return server, server.add_insecure_port(endpoint)
 
         try:

@@ -151,7 +151,9 @@ class Server:
         self._stopping = threading.Event()
         self._draining = False
         self._decider = threading.Thread(target=self._decide_loop, name="latency-budget-decide", daemon=True)
-        self.grpc = GrpcReceiver(self._intake, options.grpc_endpoint, max_request_bytes=options.max_request_bytes)
+        self.grpc = GrpcReceiver(
+            self._intake, options.grpc_endpoint, max_request_bytes=options.max_request_bytes, logs=self.take_logs
+        )
         self.http = (
             HttpReceiver(
                 self._intake,
