@@ -1,4 +1,6 @@
-"""The OTLP/HTTP trace receiver (``POST /v1/traces``) and the health endpoint, on the standard library.
+"""The OTLP/HTTP receiver (``POST /v1/traces``, and ``/v1/logs`` for the server's logs path) and the health endpoint.
+
+On the standard library.
 
 ``http.server.ThreadingHTTPServer`` is enough here: one short request per connection
 turn, no streaming, no TLS (the tier runs behind the Collector on a private network),
@@ -237,7 +239,7 @@ class _Quiet(BaseHTTPRequestHandler):
 
 
 class HttpReceiver:
-    """``POST /v1/traces`` on ``endpoint`` (``host:port``; port 0 picks one)."""
+    """``POST /v1/traces`` (and ``/v1/logs``) on ``endpoint`` (``host:port``; port 0 picks one)."""
 
     def __init__(
         self,
