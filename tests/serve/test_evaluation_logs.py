@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -157,3 +160,43 @@ def test_the_grpc_logs_service_joins_and_forwards_as_http_does(hop: NextHop) -> 
         counters = serve.counters()
     assert (counters["evaluations_joined"], counters["log_requests_forwarded"]) == (1, 1)
     assert [body for body, _ in _forwarded_evaluations(hop)] == ["relevance 0.75"]
+
+
+def test_logs_the_next_hop_cannot_take_are_refused_for_a_retry_never_acknowledged(hop: NextHop) -> None:
+    """With the next hop down, an OTLP/JSON log request is answered 429 (retry) and nothing of it is counted joined."""
+    document = {
+        "resourceLogs": [
+            {
+                "scopeLogs": [
+                    {
+                        "logRecords": [
+                            {
+                                "traceId": f"{7:032x}",
+                                "spanId": f"{9:016x}",
+                                "eventName": "gen_ai.evaluation.result",
+                                "attributes": [
+                                    {"key": "gen_ai.evaluation.name", "value": {"stringValue": "relevance"}},
+                                    {"key": "gen_ai.evaluation.score.value", "value": {"doubleValue": 0.5}},
+                                ],
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    with running(BUDGETS, hop.url) as serve:
+        hop.stop()
+        request = urllib.request.Request(
+            f"{serve.http_url}/v1/logs",
+            data=json.dumps(document).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        counters = serve.counters()
+    assert refused.value.code == 429
+    assert refused.value.headers["Retry-After"] == "1"
+    assert (counters["log_requests_refused"], counters["log_requests_forwarded"]) == (1, 0)
+    assert counters["evaluations_joined"] + counters["evaluations_unjoined"] == 0
