@@ -3,10 +3,11 @@
 One processor sees some earlier requests (two chat models, streamed calls whose first
 token grows with the context, a knowledge-base query), then a request that pulls every
 lever: a non-streamed long answer of the slower model, a call with a large context, an
-identical query and an identical tool call repeated back to back, and more model calls
-than ``max_calls``. Jaeger's copy of its root span must carry one ``latency_budget.hint``
-per lever, each within its stage's time; the collector's log file one hint record per
-hint, and its Prometheus endpoint the savings histogram, with bounded dimensions only.
+identical query and an identical tool call repeated back to back, more reasoning tokens
+than the model's usual, and more model calls than ``max_calls``. Jaeger's copy of its root
+span must carry one ``latency_budget.hint`` per lever, each within its stage's time; the
+collector's log file one hint record per hint, and its Prometheus endpoint the savings
+histogram, with bounded dimensions only.
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ stages:
 )
 STAGES = {"retrieval", "model_call", "tool_calls"}
 KINDS = set(HINT_KINDS)
+# The target request's hints: (lever, stage), one each.
+HINTED = {
+    ("streaming", "model_call"),
+    ("model_choice", "model_call"),
+    ("context_size", "model_call"),
+    ("output_length", "model_call"),
+    ("reasoning", "model_call"),
+    ("iterations", "model_call"),
+    ("cache", "retrieval"),
+    ("cache", "tool_calls"),
+    ("sequential_calls", "tool_calls"),
+}
 HINT_KEYS = {
     "latency_budget.hint.kind",
     "latency_budget.stage",
@@ -92,8 +105,13 @@ class Timeline:
         return self.root.get_span_context()
 
 
-def chat(model: str, tokens_in: int, tokens_out: int, *, stream: bool) -> tuple[float, dict[str, AttributeValue]]:
-    """A chat call's duration (ms) and attributes; streamed, it records its time to first chunk."""
+def chat(
+    model: str, tokens_in: int, tokens_out: int, *, stream: bool, reasoning: int | None = None
+) -> tuple[float, dict[str, AttributeValue]]:
+    """A chat call's duration (ms) and attributes; streamed, it records its time to first chunk.
+
+    ``reasoning``: how many of the output tokens the model spent reasoning (recorded where given).
+    """
     base, prefill, per_token = MODELS[model]
     first = base + prefill * tokens_in
     attributes: dict[str, AttributeValue] = {
@@ -107,6 +125,8 @@ def chat(model: str, tokens_in: int, tokens_out: int, *, stream: bool) -> tuple[
     }
     if stream:
         attributes["gen_ai.response.time_to_first_chunk"] = first / 1000
+    if reasoning is not None:
+        attributes["gen_ai.usage.reasoning.output_tokens"] = reasoning
     return first + per_token * tokens_out, attributes
 
 
@@ -145,13 +165,14 @@ def _requests(tracer: trace.Tracer) -> trace.SpanContext:
             request.child("retrieval support-kb", 40, retrieval())
         for model in MODELS:
             size = n % 12 + 1
-            duration, attributes = chat(model, 1000 * size, 50 * size, stream=True)
+            duration, attributes = chat(model, 1000 * size, 50 * size, stream=True, reasoning=10 * size)
             request.child(f"chat {model}", duration, attributes)
         request.end()
         start = request.now + 50 * MS
     target = Timeline(tracer, "POST /v1/support/chat", start)
     target.child("retrieval support-kb", 40, retrieval())  # asked before: cache
-    duration, attributes = chat("gpt-4o", 2000, 900, stream=False)  # not streamed, long, slower model
+    # Not streamed, long, the slower model, and 600 of its 900 tokens spent reasoning: reasoning.
+    duration, attributes = chat("gpt-4o", 2000, 900, stream=False, reasoning=600)
     target.child("chat gpt-4o", duration, attributes)
     duration, attributes = chat("gpt-4o", 11_500, 40, stream=True)  # a large context
     target.child("chat gpt-4o", duration, attributes)
@@ -188,16 +209,7 @@ def test_every_lever_hint_is_on_the_root_span_in_jaeger(sent: Sent, jaeger: Jaeg
     tags = jaeger_tags(root["tags"])
     hints = jaeger_events(root, "latency_budget.hint")
     by_lever = {(h["latency_budget.hint.kind"], h["latency_budget.stage"]): h for h in hints}
-    assert set(by_lever) == {
-        ("streaming", "model_call"),
-        ("model_choice", "model_call"),
-        ("context_size", "model_call"),
-        ("output_length", "model_call"),
-        ("iterations", "model_call"),
-        ("cache", "retrieval"),
-        ("cache", "tool_calls"),
-        ("sequential_calls", "tool_calls"),
-    }
+    assert set(by_lever) == HINTED
     for (kind, stage), hint in by_lever.items():
         assert set(hint) <= HINT_KEYS
         saving = hint["latency_budget.hint.potential_savings_ms"]
@@ -230,12 +242,12 @@ def test_each_hint_is_a_bounded_log_record_in_the_collector(sent: Sent) -> None:
             if r.resource.get("service.name") == sent.service and r.record.get("eventName") == "latency_budget.hint"
         ]
         mine = [r for r in records if r.record["traceId"] == sent.trace_id]
-        return records if len(mine) >= 8 else None
+        return records if len(mine) >= len(HINTED) else None
 
     records = poll(written, timeout=DELIVERY_TIMEOUT_S, what="the hint log records in the collector's file")
     mine = [r for r in records if r.record["traceId"] == sent.trace_id]
     assert {r.attributes["latency_budget.hint.kind"] for r in mine} == KINDS
-    assert len(mine) == 8
+    assert len(mine) == len(HINTED)
     for record in records:
         assert set(record.attributes) <= {*HINT_KEYS, "event.name", "latency_budget.profile"}
         assert record.attributes["latency_budget.hint.kind"] in KINDS

@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ from latency_budget._serve.options import OPTIONS
 from latency_budget.cli._common import CliError, example_epilog, raw_help
 
 __all__ = ["register", "run"]
+
+
+STOP_POLL_S = 0.2  # how soon the main thread runs a signal handler delivered to another thread
 
 
 def register(commands: Any) -> None:
@@ -178,7 +182,13 @@ def run(args: argparse.Namespace) -> int:
         # Everything loaded so far (grpc, protobuf, the SDK) lives as long as the process: kept
         # out of the garbage collector's full passes, which otherwise scan it again and again.
         gc.freeze()
-        stop.wait()
+        # Not stop.wait(): the kernel may deliver SIGTERM to any thread (gRPC's, the forwarder's),
+        # and a main thread blocked in a lock without a timeout then never returns to the
+        # interpreter, so the handler never runs (seen under load: no drain for 40 s). The
+        # handler runs between two of these short sleeps; is_set() takes no lock the handler's
+        # set() could be waiting for.
+        while not stop.is_set():
+            time.sleep(STOP_POLL_S)
         hangups.set()  # the hangup thread ends
         watcher.stop(1.0)
         server.drain()
