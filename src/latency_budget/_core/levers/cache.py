@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from latency_budget._core.estimators import shrunk_saving_ns
 from latency_budget._core.levers.baseline import DIFFERING, Result, merged_result
-from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_of
+from latency_budget._core.levers.finding import Finding, capped_saving
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 
 from ..wording import plural
@@ -73,12 +72,10 @@ def find(
         repeated[index] = 0
         if call.target is not None:
             targets[call.target] = None
-    if not repeated:
+    outcome = capped_saving(members, repeated, cap)
+    if outcome is None:  # identical calls side by side: a cache would not shorten the stage
         return None
-    saving = min(cap, shrunk_saving_ns(intervals_of(members), repeated) / 1e6)
-    if saving <= 0:  # identical calls side by side: a cache would not shorten the stage
-        return None
-    ids = span_ids_of(members, repeated)
+    saving, ids = outcome
     if assumed:
         test, basis = (
             "identical stage, target and arguments; assumes identical results; results not recorded",

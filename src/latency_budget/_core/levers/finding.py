@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from latency_budget._core.estimators import MIN_R_SQUARED, Fit
+from latency_budget._core.estimators import MIN_R_SQUARED, Fit, shrunk_saving_ns
 from latency_budget._core.levers.baseline import ContextBasis
 from latency_budget._core.report import format_ms
 
@@ -82,6 +82,19 @@ FITTED: dict[ContextBasis, str] = {
     "duration_given_output": "duration on input tokens, output tokens held fixed",
     "duration": "duration on input tokens (no output tokens recorded)",
 }
+
+
+def capped_saving(members: Sequence[Call], changed: dict[int, int], cap: float) -> tuple[float, tuple[int, ...]] | None:
+    """The stage's saving (ms, at most ``cap``) with the ``changed`` calls' new durations, and their span ids.
+
+    ``None`` when no call changed or the stage would not be shorter (calls side by side).
+    """
+    if not changed:
+        return None
+    saving = min(cap, shrunk_saving_ns(intervals_of(members), changed) / 1e6)
+    if saving <= 0:
+        return None
+    return saving, span_ids_of(members, changed)
 
 
 def fit_test(fit: Fit, basis: ContextBasis | None) -> str:

@@ -19,9 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from latency_budget._core.estimators import shrunk_saving_ns
 from latency_budget._core.levers.baseline import MIN_MODEL_CALLS
-from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_of
+from latency_budget._core.levers.finding import Finding, capped_saving, span_ids_of
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.levers.weigh import Weighed, weigh_quality
 from latency_budget._core.report import format_ms
@@ -101,12 +100,10 @@ def find(
             span_ids=span_ids_of(members, rejected),
             trade="; ".join(trades) + ": not recommended",
         )
-    if not shorter:
+    outcome = capped_saving(members, shorter, cap)
+    if outcome is None:
         return None
-    saving = min(cap, shrunk_saving_ns(intervals_of(members), shorter) / 1e6)
-    if saving <= 0:
-        return None
-    ids = span_ids_of(members, shorter)
+    saving, ids = outcome
     counted = [weighed[model] for model in slower if model in weighed and weighed[model].passed]
     unweighed = any(not weighed[model].known for model in slower if model in weighed)
     test = f"at least {plural(least, 'call')} of each model compared"

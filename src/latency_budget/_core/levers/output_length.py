@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from latency_budget._core.estimators import MIN_R_SQUARED, shrunk_saving_ns
-from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_of, stage_stats
+from latency_budget._core.estimators import MIN_R_SQUARED
+from latency_budget._core.levers.finding import Finding, capped_saving, stage_stats
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.report import format_ms
 
@@ -67,12 +67,10 @@ def find(
                         else "Theil-Sen fit of duration on output tokens: 95% interval above zero, "
                         f"R² at least {MIN_R_SQUARED}"
                     )
-    if not cut_short:
+    outcome = capped_saving(members, cut_short, cap)
+    if outcome is None:
         return None
-    saving = min(cap, shrunk_saving_ns(intervals_of(members), cut_short) / 1e6)
-    if saving <= 0:
-        return None
-    ids = span_ids_of(members, cut_short)
+    saving, ids = outcome
     return Finding("output_length", stage, len(cut_short), saving, basis, tuple(models), span_ids=ids, test=test)
 
 

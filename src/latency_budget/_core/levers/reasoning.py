@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from latency_budget._core.estimators import median, shrunk_saving_ns
-from latency_budget._core.levers.finding import Finding, intervals_of, span_ids_of, stage_stats
+from latency_budget._core.estimators import median
+from latency_budget._core.levers.finding import Finding, capped_saving, stage_stats
 from latency_budget._core.levers.lever import Advice, AdviceFor, Lever
 from latency_budget._core.report import format_ms
 
@@ -59,12 +59,10 @@ def find(
             less[index] = duration - cut
             models[model] = None
             basis = max(basis, found.rate_calls)
-    if not less:
+    outcome = capped_saving(members, less, cap)
+    if outcome is None:
         return None
-    saving = min(cap, shrunk_saving_ns(intervals_of(members), less) / 1e6)
-    if saving <= 0:
-        return None
-    ids = span_ids_of(members, less)
+    saving, ids = outcome
     test = f"time per output token of {plural(basis, 'call')} (the output lever's rate and its test)"
     return Finding("reasoning", stage, len(less), saving, basis, tuple(models), span_ids=ids, test=test)
 
