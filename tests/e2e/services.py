@@ -404,31 +404,31 @@ def start_prometheus(
     binary: str,
     work_dir: Path,
     *,
-    scrape_url: str,
-    rules_file: Path,
+    scrape_urls: Mapping[str, str],
+    rules_file: Path | None = None,
     interval: str = "1s",
 ) -> PrometheusService:
-    """Start Prometheus on a free loopback port, scraping ``scrape_url`` and evaluating ``rules_file``."""
+    """Start Prometheus on a free loopback port, scraping each ``job: url`` (and evaluating ``rules_file``)."""
     (port,) = free_ports(1)
-    target = urllib.parse.urlsplit(scrape_url)
-    config = work_dir / "prometheus.yml"
-    config.write_text(
-        json.dumps(  # JSON is YAML: no quoting to get wrong
+    jobs = []
+    for job, scrape_url in scrape_urls.items():
+        target = urllib.parse.urlsplit(scrape_url)
+        jobs.append(
             {
-                "global": {"scrape_interval": interval, "evaluation_interval": interval},
-                "rule_files": [str(rules_file)],
-                "scrape_configs": [
-                    {
-                        "job_name": "otelcol",
-                        "metrics_path": target.path or "/metrics",
-                        "static_configs": [{"targets": [target.netloc]}],
-                    }
-                ],
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
-    )
+                "job_name": job,
+                "metrics_path": target.path or "/metrics",
+                "static_configs": [{"targets": [target.netloc]}],
+            }
+        )
+    document: dict[str, object] = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "scrape_configs": jobs,
+    }
+    if rules_file is not None:
+        document["rule_files"] = [str(rules_file)]
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = work_dir / "prometheus.yml"
+    config.write_text(json.dumps(document, indent=2), encoding="utf-8")  # JSON is YAML: no quoting to get wrong
     url = f"http://{LOOPBACK}:{port}"
     process = ManagedProcess(
         name="prometheus",

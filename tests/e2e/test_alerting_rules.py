@@ -93,7 +93,9 @@ def prometheus(
     """A Prometheus of this test's own, scraping the collector every second and evaluating the rules."""
     work = tmp_path / "prometheus"
     work.mkdir()
-    service = start_prometheus(prometheus_binary, work, scrape_url=otel_collector.prometheus_url, rules_file=rules_file)
+    service = start_prometheus(
+        prometheus_binary, work, scrape_urls={"otelcol": otel_collector.prometheus_url}, rules_file=rules_file
+    )
     try:
         yield service
     finally:

@@ -9,7 +9,6 @@ same series name, with the same type and help, and the counts the test sent.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,13 +24,10 @@ from latency_budget._serve.exposition import prometheus_name
 from latency_budget._serve.stats import METRICS
 
 from .services import (
-    LOOPBACK,
     CollectorService,
-    ManagedProcess,
-    PrometheusService,
     ServeService,
-    free_ports,
     poll,
+    start_prometheus,
     start_serve,
 )
 
@@ -73,33 +69,6 @@ def serve(tmp_path: Path, private_collector: CollectorService) -> Iterator[Serve
         service.process.stop()
 
 
-def _prometheus(binary: str, work_dir: Path, targets: dict[str, str]) -> PrometheusService:
-    """A real Prometheus scraping each ``job: http://host:port/path`` every second."""
-    (port,) = free_ports(1)
-    jobs = []
-    for job, url in targets.items():
-        address, _, path = url.removeprefix("http://").partition("/")
-        jobs.append({"job_name": job, "metrics_path": "/" + path, "static_configs": [{"targets": [address]}]})
-    work_dir.mkdir(parents=True, exist_ok=True)
-    config = work_dir / "prometheus.yml"
-    config.write_text(json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": jobs}), encoding="utf-8")
-    url = f"http://{LOOPBACK}:{port}"
-    process = ManagedProcess(
-        name="prometheus",
-        argv=[
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={work_dir / 'data'}",
-            f"--web.listen-address={LOOPBACK}:{port}",
-        ],
-        env={},
-        log_path=work_dir / "prometheus.log",
-        health_url=f"{url}/-/ready",
-    )
-    process.start()
-    return PrometheusService(process=process, url=url)
-
-
 def _send_trace(endpoint: str) -> None:
     """A request of 400 ms with three model calls, exported by the SDK's OTLP/gRPC exporter."""
     provider = TracerProvider(resource=Resource.create({"service.name": "agent"}))
@@ -125,8 +94,10 @@ def test_serves_metrics_reach_prometheus_scraped_and_through_the_collector(
         what="serve forwarding the trace",
     )
     metrics_url = serve.health_url.removesuffix("/health") + "/metrics"
-    prometheus = _prometheus(
-        prometheus_binary, tmp_path / "prometheus", {"serve": metrics_url, "otelcol": private_collector.prometheus_url}
+    prometheus = start_prometheus(
+        prometheus_binary,
+        tmp_path / "prometheus",
+        scrape_urls={"serve": metrics_url, "otelcol": private_collector.prometheus_url},
     )
     try:
 
